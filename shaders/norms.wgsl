@@ -1,0 +1,103 @@
+// Prepares rows for the distance kernel, one workgroup per row, in one pass over the data:
+//   mode 0 (euclidean): x - shift, where shift is the corpus mean. Distances are translation
+//          invariant, and centring keeps |x|^2 + |y|^2 - 2x.y from cancelling catastrophically
+//          on data with a large common offset.
+//   mode 1 (cosine):      x / |x|
+//   mode 2 (correlation): (x - mean(x)) / |x - mean(x)|
+//   mode 3 (inner product): x unchanged
+// Writes the prepared row padded with zeros to a multiple of 4 (so the distance kernel can
+// use vec4 loads) and its squared norm.
+
+struct Params {
+    rows: u32,      // rows to prepare
+    dim: u32,       // values per input row
+    dim4: u32,      // vec4s per output row
+    mode: u32,
+    groups_x: u32,  // workgroups along x of the 2-D dispatch
+    in_offset: u32, // first input row
+    _pad0: u32,
+    _pad1: u32,
+}
+
+const WG: u32 = 64u;
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> raw: array<f32>;
+@group(0) @binding(2) var<storage, read> shift: array<f32>;
+@group(0) @binding(3) var<storage, read_write> prepared: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> sq_norms: array<f32>;
+
+var<workgroup> partial: array<f32, WG>;
+
+// Sum of one value per invocation; every invocation gets the total.
+fn workgroup_sum(v: f32, lid: u32) -> f32 {
+    partial[lid] = v;
+    workgroupBarrier();
+    for (var step = WG / 2u; step > 0u; step = step / 2u) {
+        if (lid < step) {
+            partial[lid] = partial[lid] + partial[lid + step];
+        }
+        workgroupBarrier();
+    }
+    let total = workgroupUniformLoad(&partial[0]);
+    return total;
+}
+
+fn value_at(base: u32, j: u32, mean: f32) -> f32 {
+    if (j >= params.dim) {
+        return 0.0;
+    }
+    var v = raw[base + j];
+    if (params.mode == 0u) {
+        v = v - shift[j];
+    } else if (params.mode == 2u) {
+        v = v - mean;
+    }
+    return v;
+}
+
+@compute @workgroup_size(64)
+fn prepare_rows(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
+    let row = wid.x + wid.y * params.groups_x;
+    if (row >= params.rows) {
+        return;
+    }
+    let base = (params.in_offset + row) * params.dim;
+
+    var mean = 0.0;
+    if (params.mode == 2u) {
+        var s = 0.0;
+        for (var j = lid; j < params.dim; j += WG) {
+            s += raw[base + j];
+        }
+        mean = workgroup_sum(s, lid) / f32(params.dim);
+        workgroupBarrier();
+    }
+
+    var ss = 0.0;
+    for (var j = lid; j < params.dim; j += WG) {
+        let v = value_at(base, j, mean);
+        ss += v * v;
+    }
+    let sq = workgroup_sum(ss, lid);
+
+    var scale = 1.0;
+    if (params.mode == 1u || params.mode == 2u) {
+        scale = 1.0 / sqrt(sq);
+    }
+    for (var j4 = lid; j4 < params.dim4; j4 += WG) {
+        let j = j4 * 4u;
+        prepared[row * params.dim4 + j4] = vec4<f32>(
+            value_at(base, j, mean),
+            value_at(base, j + 1u, mean),
+            value_at(base, j + 2u, mean),
+            value_at(base, j + 3u, mean),
+        ) * scale;
+    }
+    if (lid == 0u) {
+        sq_norms[row] = select(sq, sq * scale * scale, params.mode == 1u || params.mode == 2u);
+    }
+}

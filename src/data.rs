@@ -1,0 +1,137 @@
+//! Row-major matrices in and neighbour lists out.
+
+use crate::error::{Error, Result};
+
+/// A borrowed row-major matrix of `rows x cols` f32 values (`cols` innermost).
+#[derive(Clone, Copy, Debug)]
+pub struct MatrixRef<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+}
+
+impl<'a> MatrixRef<'a> {
+    /// Views `data` as `rows x cols`, row-major. Fails if the length does not match.
+    pub fn new(data: &'a [f32], rows: usize, cols: usize) -> Result<Self> {
+        match rows.checked_mul(cols) {
+            Some(len) if len == data.len() => Ok(MatrixRef { data, rows, cols }),
+            _ => Err(Error::arg(
+                "data",
+                format!("{} values cannot be viewed as {rows} rows x {cols} columns", data.len()),
+            )),
+        }
+    }
+
+    /// Number of rows (vectors).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Number of columns (the dimension).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// All values, row-major.
+    pub fn as_slice(&self) -> &'a [f32] {
+        self.data
+    }
+
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &'a [f32] {
+        &self.data[i * self.cols..(i + 1) * self.cols]
+    }
+}
+
+/// An owned row-major matrix of `rows x cols` f32 values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Matrix {
+    data: Vec<f32>,
+    rows: usize,
+    cols: usize,
+}
+
+impl Matrix {
+    /// Takes ownership of `data` as `rows x cols`, row-major.
+    pub fn new(data: Vec<f32>, rows: usize, cols: usize) -> Result<Self> {
+        MatrixRef::new(&data, rows, cols)?;
+        Ok(Matrix { data, rows, cols })
+    }
+
+    /// Builds a matrix from equal-length rows.
+    pub fn from_rows<R: AsRef<[f32]>>(rows: &[R]) -> Result<Self> {
+        let cols = rows.first().map_or(0, |r| r.as_ref().len());
+        let mut data = Vec::with_capacity(rows.len() * cols);
+        for (i, r) in rows.iter().enumerate() {
+            let r = r.as_ref();
+            if r.len() != cols {
+                return Err(Error::arg(
+                    "rows",
+                    format!("row {i} has {} values but row 0 has {cols}", r.len()),
+                ));
+            }
+            data.extend_from_slice(r);
+        }
+        Ok(Matrix { data, rows: rows.len(), cols })
+    }
+
+    /// Borrows the matrix.
+    pub fn view(&self) -> MatrixRef<'_> {
+        MatrixRef { data: &self.data, rows: self.rows, cols: self.cols }
+    }
+
+    /// Number of rows (vectors).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Number of columns (the dimension).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// All values, row-major.
+    pub fn as_slice(&self) -> &[f32] {
+        &self.data
+    }
+
+    /// Gives the values back, row-major.
+    pub fn into_vec(self) -> Vec<f32> {
+        self.data
+    }
+}
+
+impl<'a> From<&'a Matrix> for MatrixRef<'a> {
+    fn from(m: &'a Matrix) -> Self {
+        m.view()
+    }
+}
+
+/// The k nearest neighbours of each query.
+///
+/// `indices` and `distances` are both `queries x k`, row-major (`k` innermost). Each row is
+/// sorted by (distance, index) ascending; for [`Metric::InnerProduct`](crate::Metric) the
+/// distance is the inner product and rows are sorted by descending value, then index.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Neighbors {
+    /// Corpus row of each neighbour, `queries x k`.
+    pub indices: Vec<u32>,
+    /// Distance (or inner product) of each neighbour, `queries x k`.
+    pub distances: Vec<f32>,
+    /// Number of queries (rows).
+    pub queries: usize,
+    /// Neighbours per query.
+    pub k: usize,
+}
+
+impl Neighbors {
+    /// Neighbour indices of query `i`.
+    pub fn indices_of(&self, i: usize) -> &[u32] {
+        &self.indices[i * self.k..(i + 1) * self.k]
+    }
+
+    /// Neighbour distances of query `i`.
+    pub fn distances_of(&self, i: usize) -> &[f32] {
+        &self.distances[i * self.k..(i + 1) * self.k]
+    }
+}

@@ -1,0 +1,219 @@
+//! Adapter choice, device creation and error capture.
+//!
+//! wgpu's default handler for uncaptured errors panics; knng installs its own, records every
+//! error and device loss, and turns them into [`Error`]s at the next synchronisation point.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+
+/// Errors reported by wgpu callbacks since the last check.
+#[derive(Default)]
+pub(crate) struct ErrorLog {
+    errors: Mutex<Vec<wgpu::Error>>,
+    lost: Mutex<Option<String>>,
+}
+
+impl ErrorLog {
+    /// Turns recorded problems into an error, out-of-memory first.
+    pub fn check(&self) -> Result<()> {
+        if let Some(reason) = self.lost.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Err(Error::DeviceLost(reason));
+        }
+        let mut errors = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        if errors.is_empty() {
+            return Ok(());
+        }
+        let oom = errors.iter().any(|e| matches!(e, wgpu::Error::OutOfMemory { .. }));
+        let text = errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ");
+        errors.clear();
+        Err(if oom { Error::OutOfMemory(text) } else { Error::Gpu(text) })
+    }
+}
+
+pub(crate) fn instance() -> wgpu::Instance {
+    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
+}
+
+pub(crate) fn all_adapters(instance: &wgpu::Instance) -> Vec<wgpu::Adapter> {
+    pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
+        .into_iter()
+        .filter(|a| a.get_downlevel_capabilities().flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS))
+        .collect()
+}
+
+fn is_hardware(info: &wgpu::AdapterInfo) -> bool {
+    matches!(
+        info.device_type,
+        wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::VirtualGpu
+    )
+}
+
+/// Preference order: discrete, integrated, virtual, software; native APIs before GL.
+fn preference(info: &wgpu::AdapterInfo) -> (u8, u8) {
+    let kind = match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    };
+    (kind, u8::from(info.backend == wgpu::Backend::Gl))
+}
+
+/// The adapter `wanted` names (index or part of the name), or the preferred one. With
+/// `hardware_only`, software adapters are never chosen automatically.
+pub(crate) fn choose_adapter(adapters: &[wgpu::Adapter], wanted: Option<&str>, hardware_only: bool) -> Result<usize> {
+    if adapters.is_empty() {
+        return Err(Error::NoAdapter(
+            "wgpu found no adapter with compute shaders (install a Vulkan driver, e.g. mesa-vulkan-drivers, or use --backend cpu)".into(),
+        ));
+    }
+    if let Some(w) = wanted {
+        if let Ok(i) = w.parse::<usize>() {
+            return if i < adapters.len() {
+                Ok(i)
+            } else {
+                Err(Error::arg("adapter", format!("index {i} is out of range: there are {} adapters (see `knng info`)", adapters.len())))
+            };
+        }
+        let lower = w.to_lowercase();
+        return adapters
+            .iter()
+            .position(|a| a.get_info().name.to_lowercase().contains(&lower))
+            .ok_or_else(|| Error::arg("adapter", format!("no adapter name contains {w:?} (see `knng info`)")));
+    }
+    (0..adapters.len())
+        .filter(|&i| !hardware_only || is_hardware(&adapters[i].get_info()))
+        .min_by_key(|&i| preference(&adapters[i].get_info()))
+        .ok_or_else(|| Error::NoAdapter("only software adapters were found".into()))
+}
+
+/// An open device with knng's error handling installed.
+pub(crate) struct Context {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    pub subgroups: bool,
+    pub log: Arc<ErrorLog>,
+}
+
+impl Context {
+    pub fn open(adapter: &wgpu::Adapter, use_subgroups: bool) -> Result<Self> {
+        let info = adapter.get_info();
+        let subgroups = use_subgroups && adapter.features().contains(wgpu::Features::SUBGROUP);
+        let mut required_features = wgpu::Features::empty();
+        if subgroups {
+            required_features |= wgpu::Features::SUBGROUP;
+        }
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("knng"),
+            required_features,
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|e| Error::NoAdapter(format!("{}: {e}", info.name)))?;
+        let log = Arc::new(ErrorLog::default());
+        let sink = log.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            sink.errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+        }));
+        let sink = log.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            if reason != wgpu::DeviceLostReason::Destroyed {
+                *sink.lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {message}"));
+            }
+        });
+        Ok(Context { device, queue, info, limits, subgroups, log })
+    }
+
+    /// Waits for all submitted work and reports any error recorded meanwhile.
+    pub fn wait(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::DeviceLost(e.to_string()))?;
+        self.log.check()
+    }
+
+    /// Runs `f` inside an out-of-memory error scope.
+    pub fn allocating<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let value = f();
+        match pollster::block_on(scope.pop()) {
+            Some(e) => Err(Error::OutOfMemory(e.to_string())),
+            None => Ok(value),
+        }
+    }
+}
+
+/// One adapter as `knng info` shows it.
+#[derive(Clone, Debug)]
+pub struct AdapterReport {
+    /// Position in the list, usable as `--adapter INDEX`.
+    pub index: usize,
+    /// wgpu's description of the adapter.
+    pub info: wgpu::AdapterInfo,
+    /// Whether the adapter offers subgroup operations.
+    pub subgroups: bool,
+    /// The adapter's limits.
+    pub limits: wgpu::Limits,
+    /// Optional features that matter to knng which the adapter offers.
+    pub features: Vec<&'static str>,
+    /// Whether `--backend auto` would use this adapter.
+    pub auto_choice: bool,
+}
+
+impl fmt::Display for AdapterReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &self.info;
+        writeln!(f, "[{}] {}{}", self.index, i.name, if self.auto_choice { "  <- auto" } else { "" })?;
+        writeln!(f, "    backend {:?}, type {:?}, driver {} {}", i.backend, i.device_type, i.driver, i.driver_info)?;
+        if self.subgroups {
+            writeln!(f, "    subgroups: sizes {} to {}", i.subgroup_min_size, i.subgroup_max_size)?;
+        } else {
+            writeln!(f, "    subgroups: none (workgroup prefix-sum select)")?;
+        }
+        writeln!(f, "    features: {}", if self.features.is_empty() { "-".to_string() } else { self.features.join(", ") })?;
+        write!(
+            f,
+            "    limits: storage binding {} MiB, buffer {} MiB, workgroup memory {} KiB, invocations {}, workgroups per dimension {}",
+            self.limits.max_storage_buffer_binding_size >> 20,
+            self.limits.max_buffer_size >> 20,
+            self.limits.max_compute_workgroup_storage_size >> 10,
+            self.limits.max_compute_invocations_per_workgroup,
+            self.limits.max_compute_workgroups_per_dimension
+        )
+    }
+}
+
+/// Every adapter wgpu can see that runs compute shaders, and which one `auto` would pick.
+pub fn adapters() -> Vec<AdapterReport> {
+    let instance = instance();
+    let list = all_adapters(&instance);
+    let auto = choose_adapter(&list, None, true).ok();
+    list.iter()
+        .enumerate()
+        .map(|(index, a)| {
+            let feats = a.features();
+            let named = [
+                (wgpu::Features::SUBGROUP, "SUBGROUP"),
+                (wgpu::Features::SHADER_F16, "SHADER_F16"),
+                (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
+                (wgpu::Features::SHADER_INT64, "SHADER_INT64"),
+            ];
+            AdapterReport {
+                index,
+                info: a.get_info(),
+                subgroups: feats.contains(wgpu::Features::SUBGROUP),
+                limits: a.limits(),
+                features: named.iter().filter(|(f, _)| feats.contains(*f)).map(|&(_, n)| n).collect(),
+                auto_choice: auto == Some(index),
+            }
+        })
+        .collect()
+}

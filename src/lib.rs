@@ -1,0 +1,62 @@
+//! Exact k-nearest neighbours and k-NN graphs on any GPU.
+//!
+//! knng finds, for every query, the `k` nearest rows of a corpus, or for every row of a data
+//! set its `k` nearest other rows (the kNN graph). Distances are computed as norms plus a
+//! matrix product in WGSL compute shaders through wgpu (Vulkan, Metal, DX12, GL), candidates
+//! are chosen with a GPU quick multi-select, and the final answer is re-ranked in float64 so
+//! it equals a float64 brute force, ties aside. An exact CPU backend gives the same answers on
+//! machines without a GPU.
+//!
+//! # Quick start
+//!
+//! ```
+//! use knng::{Backend, Knn, Matrix, Metric, Options};
+//!
+//! // Five points on a line.
+//! let data = Matrix::from_rows(&[[0.0f32, 0.0], [1.0, 0.0], [2.0, 0.0], [4.0, 0.0], [8.0, 0.0]])?;
+//! let knn = Knn::new(Options { backend: Backend::Cpu, ..Options::default() })?;
+//!
+//! let graph = knn.graph(data.view(), 2, Metric::Euclidean)?;
+//! assert_eq!(graph.indices_of(0), &[1, 2]);
+//! assert_eq!(graph.distances_of(3), &[2.0, 3.0]);
+//!
+//! let queries = Matrix::from_rows(&[[3.9f32, 0.0]])?;
+//! let found = knn.search(data.view(), queries.view(), 1, Metric::Euclidean)?;
+//! assert_eq!(found.indices_of(0), &[3]);
+//! # Ok::<(), knng::Error>(())
+//! ```
+//!
+//! [`Backend::Auto`] (the default) uses a hardware GPU when wgpu finds one and the CPU
+//! otherwise; [`Backend::Gpu`] also accepts software adapters such as Mesa's lavapipe.
+//!
+//! # Exactness
+//!
+//! The fp32 form |x|^2 + |y|^2 - 2 x.y loses the nearest neighbours of data with a large
+//! common offset. knng centres the data, takes a margin of extra candidates, re-ranks them in
+//! float64, and accepts a row only when an error bound proves that no other row can be
+//! nearer; other rows are searched again with more candidates.
+
+#![warn(missing_docs)]
+
+mod cpu;
+mod data;
+mod error;
+mod gpu;
+mod metric;
+mod plan;
+mod prepare;
+mod refine;
+mod search;
+
+pub use data::{Matrix, MatrixRef, Neighbors};
+pub use error::{Error, Result};
+pub use gpu::{adapters, AdapterReport};
+pub use metric::Metric;
+pub use search::{graph, search, Backend, Knn, Options, Progress};
+
+/// The complete WGSL modules knng builds: (name, source, needs subgroup operations). For
+/// shader validation tests.
+#[doc(hidden)]
+pub fn gpu_shader_sources() -> Vec<(&'static str, String, bool)> {
+    gpu::shaders::all()
+}

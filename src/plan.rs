@@ -1,0 +1,129 @@
+//! Tile planning for the GPU: a pure function of the problem size and the adapter's limits,
+//! so it can be tested without a GPU.
+//!
+//! Every buffer must stay under the adapter's largest storage binding (128 MiB on lavapipe,
+//! 2 GiB on NVIDIA) and all of them together under the memory budget.
+
+use crate::error::{Error, Result};
+
+/// What the planner needs to know about the device.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DeviceBudget {
+    /// Largest storage buffer binding, in bytes (already capped by the largest buffer).
+    pub max_binding: u64,
+    /// Bytes the engine may allocate in all.
+    pub budget: u64,
+}
+
+/// How a problem is cut into pieces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CorpusPlan {
+    /// Corpus rows per prepared chunk (one binding each).
+    pub chunk_rows: usize,
+    /// Whether all chunks stay on the GPU for the whole search, or are streamed per query tile.
+    pub resident: bool,
+}
+
+/// How each query tile is processed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TilePlan {
+    /// Query rows per tile (one submission per tile and corpus chunk).
+    pub query_rows: usize,
+    /// Corpus rows per distance tile.
+    pub column_tile: usize,
+    /// Row stride of the auxiliary select arrays: max(column tile, 2 kc).
+    pub scratch_stride: usize,
+}
+
+/// Largest distance tile width: wide tiles amortise the per-tile merge of candidate lists.
+const MAX_COLUMN_TILE: usize = 16384;
+
+/// Bytes of one prepared row: padded to a multiple of 4 floats for vec4 loads.
+pub(crate) fn prepared_row_bytes(d: usize) -> u64 {
+    (d.div_ceil(4) * 16) as u64
+}
+
+/// Splits the corpus into chunks that fit one binding; keeps them resident if they fit in
+/// half the budget.
+pub(crate) fn plan_corpus(n: usize, d: usize, dev: DeviceBudget) -> Result<CorpusPlan> {
+    let row = prepared_row_bytes(d);
+    let per_chunk = dev.max_binding.min(dev.budget / 4);
+    let chunk_rows = (per_chunk / row).min(n as u64) as usize;
+    if chunk_rows == 0 {
+        return Err(Error::OutOfMemory(format!(
+            "one row of dimension {d} ({row} bytes) does not fit in a quarter of the GPU memory budget ({} bytes)",
+            dev.budget
+        )));
+    }
+    Ok(CorpusPlan { chunk_rows, resident: n as u64 * row <= dev.budget / 2 })
+}
+
+/// Chooses the query tile for `nq` queries needing `kc` candidates each against corpus chunks
+/// of `chunk_rows` rows.
+pub(crate) fn plan_tiles(nq: usize, d: usize, kc: usize, corpus: CorpusPlan, n: usize, dev: DeviceBudget) -> Result<TilePlan> {
+    let column_tile = corpus.chunk_rows.min(MAX_COLUMN_TILE);
+    let scratch_stride = column_tile.max(2 * kc);
+    let row = prepared_row_bytes(d);
+    let corpus_bytes = if corpus.resident { n as u64 * row } else { 2 * corpus.chunk_rows as u64 * row };
+    let free = dev.budget.saturating_sub(corpus_bytes);
+    let per_query_row = 4 * column_tile as u64      // distance tile
+        + 16 * scratch_stride as u64                 // two auxiliary arrays of (key, index)
+        + 2 * 16 * kc as u64                         // running + tile candidates, and staging
+        + 2 * row                                    // raw and prepared query
+        + 16; // norm, exclusion, failure flag
+    let limits = [
+        free / per_query_row,
+        dev.max_binding / (4 * column_tile as u64),
+        dev.max_binding / (8 * scratch_stride as u64),
+        dev.max_binding / (16 * kc as u64),
+        dev.max_binding / row,
+        // One workgroup per query row in the select; 2-D dispatch covers 65535^2, but keep
+        // tiles moderate so one submission stays short.
+        65535,
+        nq as u64,
+    ];
+    let query_rows = limits.into_iter().min().unwrap_or(0) as usize;
+    if query_rows == 0 {
+        return Err(Error::OutOfMemory(format!(
+            "{kc} candidates per query need {per_query_row} bytes per query row, more than the GPU memory budget \
+             ({} bytes, largest binding {} bytes) allows; use a smaller k or the CPU backend",
+            dev.budget, dev.max_binding
+        )));
+    }
+    Ok(TilePlan { query_rows, column_tile, scratch_stride })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAVAPIPE: DeviceBudget = DeviceBudget { max_binding: 128 << 20, budget: 1 << 30 };
+
+    #[test]
+    fn every_buffer_stays_under_the_binding_limit() {
+        for &(n, d, kc) in &[(1usize, 1usize, 1usize), (100_000, 128, 26), (1 << 20, 96, 40), (65536, 128, 1266), (16384, 4096, 656), (3_000_000, 3, 3_000_000)] {
+            let corpus = plan_corpus(n, d, LAVAPIPE).unwrap();
+            assert!(corpus.chunk_rows as u64 * prepared_row_bytes(d) <= LAVAPIPE.max_binding);
+            let t = match plan_tiles(n, d, kc, corpus, n, LAVAPIPE) {
+                Ok(t) => t,
+                Err(e) => {
+                    assert!(kc as u64 * 16 > LAVAPIPE.max_binding, "n={n} d={d} kc={kc}: {e}");
+                    continue;
+                }
+            };
+            let q = t.query_rows as u64;
+            assert!(q >= 1 && q <= n as u64);
+            assert!(q * t.column_tile as u64 * 4 <= LAVAPIPE.max_binding);
+            assert!(q * t.scratch_stride as u64 * 8 <= LAVAPIPE.max_binding);
+            assert!(q * kc as u64 * 16 <= LAVAPIPE.max_binding);
+            assert!(t.scratch_stride >= t.column_tile && t.scratch_stride >= 2 * kc);
+        }
+    }
+
+    #[test]
+    fn large_corpora_are_streamed() {
+        let p = plan_corpus(10_000_000, 128, LAVAPIPE).unwrap();
+        assert!(!p.resident);
+        assert!(plan_corpus(10_000, 128, LAVAPIPE).unwrap().resident);
+    }
+}

@@ -1,0 +1,167 @@
+//! Input validation and the float64 statistics that the exactness argument needs.
+//!
+//! Candidates are found in fp32 (GPU or CPU GEMM) and then re-ranked exactly in float64; a row
+//! is accepted only when an error bound proves that no point outside its candidates can be
+//! nearer than its k-th neighbour (see `refine`). This module computes, in one float64 pass
+//! over each input, what that bound is made of: the centring shift, each row's norm after the
+//! metric's transformation, and how much fp32 rounding can move it.
+
+use rayon::prelude::*;
+
+use crate::data::MatrixRef;
+use crate::error::{Error, Result};
+use crate::metric::Metric;
+
+/// Unit roundoff of f32.
+const U32: f64 = 1.0 / 16_777_216.0;
+/// Values beyond this make squared distances overflow f32.
+const MAX_ABS: f32 = 1e18;
+
+/// `gamma(m)` of Higham's error analysis: the relative error bound of an m-term fp32 sum of
+/// products, whatever the summation order (blocked GEMM, FMA, tree reductions all obey it).
+pub(crate) fn gamma(m: usize) -> f64 {
+    let mu = m as f64 * U32;
+    mu / (1.0 - mu)
+}
+
+/// Per-input facts used to build fp32 operands and to bound their error.
+#[derive(Clone, Debug)]
+pub(crate) struct RowStats {
+    /// The metric-dependent magnitude of each row: |x - shift|^2 for the euclidean family,
+    /// |x| for inner product, and for cosine/correlation the relative error of the fp32 unit
+    /// vector (larger when centring cancels most of a row).
+    pub scale: Vec<f64>,
+}
+
+impl RowStats {
+    pub fn max(&self) -> f64 {
+        self.scale.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+/// Checks that every value is finite and usable, naming the first bad row and column.
+pub(crate) fn validate(what: &'static str, m: MatrixRef<'_>, metric: Metric) -> Result<()> {
+    if m.rows() == 0 || m.cols() == 0 {
+        return Err(Error::Empty { what, rows: m.rows(), cols: m.cols() });
+    }
+    // Parallel scan, but report the first offending row, as a sequential reader would.
+    let bad = (0..m.rows()).into_par_iter().find_first(|&i| {
+        let row = m.row(i);
+        row.iter().any(|v| !v.is_finite() || v.abs() > MAX_ABS) || degenerate(row, metric)
+    });
+    let Some(i) = bad else { return Ok(()) };
+    let row = m.row(i);
+    if let Some((col, &value)) = row.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        return Err(Error::NonFinite { what, row: i, col, value });
+    }
+    if let Some((col, &value)) = row.iter().enumerate().find(|(_, v)| v.abs() > MAX_ABS) {
+        return Err(Error::TooLarge { what, row: i, col, value });
+    }
+    let problem = if metric == Metric::Cosine { "a zero vector" } else { "constant (zero variance)" };
+    Err(Error::DegenerateRow { what, row: i, problem, metric: metric.name() })
+}
+
+fn degenerate(row: &[f32], metric: Metric) -> bool {
+    match metric {
+        Metric::Cosine => row.iter().all(|&v| v == 0.0),
+        Metric::Correlation => row.iter().all(|&v| v == row[0]),
+        _ => false,
+    }
+}
+
+/// The translation applied before the fp32 GEMM: the corpus column mean for the euclidean
+/// family (distances are translation invariant, and centring removes the large common offset
+/// that makes |x|^2 + |y|^2 - 2x.y cancel), zero otherwise.
+pub(crate) fn shift(corpus: MatrixRef<'_>, metric: Metric) -> Vec<f32> {
+    let d = corpus.cols();
+    if !matches!(metric, Metric::Euclidean | Metric::SqEuclidean) {
+        return vec![0.0; d];
+    }
+    let sums = (0..corpus.rows())
+        .into_par_iter()
+        .fold(
+            || vec![0.0f64; d],
+            |mut acc, i| {
+                for (a, &v) in acc.iter_mut().zip(corpus.row(i)) {
+                    *a += v as f64;
+                }
+                acc
+            },
+        )
+        .reduce(
+            || vec![0.0f64; d],
+            |mut a, b| {
+                for (x, y) in a.iter_mut().zip(b) {
+                    *x += y;
+                }
+                a
+            },
+        );
+    sums.iter().map(|s| (s / corpus.rows() as f64) as f32).collect()
+}
+
+/// One row transformed for the fp32 GEMM, computed in float64 and rounded once.
+pub(crate) fn prepare_row(row: &[f32], shift: &[f32], metric: Metric, out: &mut [f32]) {
+    match metric {
+        Metric::Euclidean | Metric::SqEuclidean => {
+            for ((o, &v), &s) in out.iter_mut().zip(row).zip(shift) {
+                *o = (v as f64 - s as f64) as f32;
+            }
+        }
+        Metric::InnerProduct => out[..row.len()].copy_from_slice(row),
+        Metric::Cosine | Metric::Correlation => {
+            let mean = if metric == Metric::Correlation {
+                row.iter().map(|&v| v as f64).sum::<f64>() / row.len() as f64
+            } else {
+                0.0
+            };
+            let norm = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>().sqrt();
+            for (o, &v) in out.iter_mut().zip(row) {
+                *o = ((v as f64 - mean) / norm) as f32;
+            }
+        }
+    }
+}
+
+/// The float64 statistics of each row (see [`RowStats::scale`]).
+pub(crate) fn row_stats(m: MatrixRef<'_>, shift: &[f32], metric: Metric) -> RowStats {
+    let d = m.cols();
+    let scale = (0..m.rows())
+        .into_par_iter()
+        .map(|i| {
+            let row = m.row(i);
+            match metric {
+                Metric::Euclidean | Metric::SqEuclidean => row
+                    .iter()
+                    .zip(shift)
+                    .map(|(&v, &s)| (v as f64 - s as f64).powi(2))
+                    .sum::<f64>(),
+                Metric::InnerProduct => row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt(),
+                Metric::Cosine => 3.0 * gamma(d + 4),
+                Metric::Correlation => {
+                    let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+                    let centred =
+                        row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>().sqrt();
+                    let raw = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
+                    3.0 * gamma(d + 4) * (1.0 + raw / centred)
+                }
+            }
+        })
+        .collect();
+    RowStats { scale }
+}
+
+/// A bound on |fp32 ranking key - exact ranking key| for every pair (query i, any corpus row),
+/// in the units of `Metric::rank_key_f64`, with a safety factor of two.
+pub(crate) fn key_error_bound(metric: Metric, d: usize, query_scale: f64, corpus_max: f64) -> f64 {
+    let g = gamma(d + 4);
+    let bound = match metric {
+        // |x|^2, |y|^2 and x.y each carry gamma(d) relative error, the centring subtraction
+        // and the final additions a few units of roundoff of |x|^2 + |y|^2.
+        Metric::Euclidean | Metric::SqEuclidean => (2.0 * g + 8.0 * U32) * (query_scale + corpus_max),
+        // Unit vectors off by delta_x and delta_y, then a dot product with gamma(d) error.
+        Metric::Cosine | Metric::Correlation => query_scale + corpus_max + 2.0 * g,
+        Metric::InnerProduct => g * query_scale * corpus_max,
+    };
+    2.0 * bound + f64::MIN_POSITIVE
+}

@@ -1,0 +1,101 @@
+//! Exact re-ranking of fp32 candidates in float64, and the certificate that makes it exact.
+//!
+//! For query i let A be the fp32 ranking key and E_i a bound on |A - exact| over all corpus
+//! rows (`prepare::key_error_bound`). The candidates are the kc smallest A, so every other
+//! row z has A(z) >= A_max, the largest candidate key, hence exact(z) >= A_max - E_i. If the
+//! k-th smallest exact key among the candidates is at most that, no outside row can be nearer
+//! than the k-th neighbour (it can at best tie), and the float64 top-k of the candidates is the
+//! float64 top-k of the corpus. Rows without that proof are searched again with more
+//! candidates, or brute-forced in float64.
+
+use std::cmp::Ordering;
+
+use rayon::prelude::*;
+
+use crate::data::MatrixRef;
+use crate::metric::Metric;
+
+/// Marks a padding slot (fewer rows than candidates) and "no row to exclude".
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// The kc best fp32 candidates of each query, as produced by a backend.
+#[derive(Debug)]
+pub(crate) struct Candidates {
+    /// Candidates per query.
+    pub kc: usize,
+    /// fp32 ranking keys, `queries x kc`, in no particular order.
+    pub keys: Vec<f32>,
+    /// Corpus rows, `queries x kc`; `NONE` in padding slots.
+    pub ids: Vec<u32>,
+    /// Rows the backend could not finish; they are answered by brute force.
+    pub failed: Vec<bool>,
+}
+
+/// What one query asks.
+#[derive(Clone, Copy)]
+pub(crate) struct Query<'a> {
+    pub corpus: MatrixRef<'a>,
+    pub vector: &'a [f32],
+    pub metric: Metric,
+    pub k: usize,
+    /// Corpus row that is the query itself in a kNN graph, or `NONE`.
+    pub exclude: u32,
+}
+
+/// A row's answer: (exact key, corpus row), sorted, k long.
+pub(crate) type Ranked = Vec<(f64, u32)>;
+
+fn by_key_then_index(a: &(f64, u32), b: &(f64, u32)) -> Ordering {
+    a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+}
+
+fn top_k(mut all: Vec<(f64, u32)>, k: usize) -> Ranked {
+    if all.len() > k {
+        all.select_nth_unstable_by(k - 1, by_key_then_index);
+        all.truncate(k);
+    }
+    all.sort_unstable_by(by_key_then_index);
+    all
+}
+
+/// Re-ranks one query's candidates exactly. `None` when the certificate fails.
+pub(crate) fn refine(
+    q: Query<'_>,
+    keys: &[f32],
+    ids: &[u32],
+    available: usize,
+    error_bound: f64,
+) -> Option<Ranked> {
+    let exact: Vec<(f64, u32)> = ids
+        .iter()
+        .filter(|&&j| j != NONE && j != q.exclude)
+        .map(|&j| (q.metric.rank_key_f64(q.vector, q.corpus.row(j as usize)), j))
+        .collect();
+    let complete = exact.len() >= available || exact.len() < ids.len();
+    if exact.len() < q.k {
+        return if complete { Some(top_k(exact, q.k)) } else { None };
+    }
+    let ranked = top_k(exact, q.k);
+    if complete {
+        return Some(ranked);
+    }
+    let largest_candidate = keys
+        .iter()
+        .zip(ids)
+        .filter(|&(_, &j)| j != NONE)
+        .map(|(&a, _)| a as f64)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let floor = if q.metric == Metric::InnerProduct { f64::NEG_INFINITY } else { 0.0 };
+    let outside_lower_bound = (largest_candidate - error_bound).max(floor);
+    (ranked[q.k - 1].0 <= outside_lower_bound).then_some(ranked)
+}
+
+/// The float64 brute force for one query: the answer when nothing cheaper can be proven.
+pub(crate) fn brute_force(q: Query<'_>) -> Ranked {
+    let all: Vec<(f64, u32)> = (0..q.corpus.rows())
+        .into_par_iter()
+        .filter(|&j| j as u32 != q.exclude)
+        .map(|j| (q.metric.rank_key_f64(q.vector, q.corpus.row(j)), j as u32))
+        .collect();
+    top_k(all, q.k)
+}

@@ -1,0 +1,265 @@
+//! The public entry points: validate, find fp32 candidates on a backend, re-rank exactly.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use crate::cpu::CpuEngine;
+use crate::data::{Matrix, MatrixRef, Neighbors};
+use crate::error::{Error, Result};
+use crate::gpu::GpuEngine;
+use crate::metric::Metric;
+use crate::prepare;
+use crate::refine::{self, Candidates, Query, Ranked, NONE};
+
+/// Which engine computes the candidates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// A hardware GPU adapter when there is one, else the CPU. Software adapters (lavapipe,
+    /// llvmpipe) are slower than the CPU backend and are only used when forced.
+    #[default]
+    Auto,
+    /// A GPU adapter (software ones included); an error when there is none.
+    Gpu,
+    /// The CPU backend.
+    Cpu,
+}
+
+impl FromStr for Backend {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Backend::Auto),
+            "gpu" => Ok(Backend::Gpu),
+            "cpu" => Ok(Backend::Cpu),
+            _ => Err(Error::arg("backend", format!("unknown backend {s:?}; expected auto, gpu or cpu"))),
+        }
+    }
+}
+
+/// Progress callback: `(done, total)` query rows.
+pub type Progress = Arc<dyn Fn(u64, u64) + Send + Sync>;
+
+/// How a [`Knn`] runs.
+#[derive(Clone, Default)]
+pub struct Options {
+    /// Which engine to use.
+    pub backend: Backend,
+    /// GPU adapter to use: its index in [`adapters`](crate::adapters) or part of its name.
+    pub adapter: Option<String>,
+    /// Use the workgroup prefix-sum select even when the adapter has subgroup operations.
+    pub no_subgroups: bool,
+    /// In [`Knn::graph`], count each point as its own nearest neighbour.
+    pub include_self: bool,
+    /// GPU memory the engine may allocate, in bytes (default: 1 GiB, or less when the
+    /// adapter's limits are lower).
+    pub memory_budget: Option<u64>,
+    /// Called as query rows are finished.
+    pub progress: Option<Progress>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("backend", &self.backend)
+            .field("adapter", &self.adapter)
+            .field("no_subgroups", &self.no_subgroups)
+            .field("include_self", &self.include_self)
+            .field("memory_budget", &self.memory_budget)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+enum Engine {
+    Cpu(CpuEngine),
+    Gpu(Box<GpuEngine>),
+}
+
+/// An exact k-nearest-neighbour engine bound to one backend. Create it once and reuse it:
+/// opening a GPU device and compiling shaders takes a while.
+pub struct Knn {
+    engine: Engine,
+    options: Options,
+}
+
+impl Knn {
+    /// Opens the backend that `options` asks for.
+    pub fn new(options: Options) -> Result<Self> {
+        let engine = match options.backend {
+            Backend::Cpu => Engine::Cpu(CpuEngine::new()),
+            Backend::Gpu => Engine::Gpu(Box::new(GpuEngine::new(&options, false)?)),
+            Backend::Auto => match GpuEngine::new(&options, true) {
+                Ok(gpu) => Engine::Gpu(Box::new(gpu)),
+                Err(_) => Engine::Cpu(CpuEngine::new()),
+            },
+        };
+        Ok(Knn { engine, options })
+    }
+
+    /// What runs the work, e.g. `gpu: NVIDIA H200 (Vulkan, subgroup select, size 32)`.
+    pub fn description(&self) -> String {
+        match &self.engine {
+            Engine::Cpu(c) => c.description(),
+            Engine::Gpu(g) => g.description(),
+        }
+    }
+
+    /// True when a GPU adapter does the distance and selection work.
+    pub fn is_gpu(&self) -> bool {
+        matches!(self.engine, Engine::Gpu(_))
+    }
+
+    /// The `k` nearest corpus rows of every query, exact.
+    ///
+    /// `k` may be anything from 1 to the number of corpus rows.
+    pub fn search(&self, corpus: MatrixRef<'_>, queries: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
+        prepare::validate("corpus", corpus, metric)?;
+        prepare::validate("queries", queries, metric)?;
+        if corpus.cols() != queries.cols() {
+            return Err(Error::DimensionMismatch { corpus: corpus.cols(), queries: queries.cols() });
+        }
+        check_k(k, corpus.rows(), "the number of corpus rows")?;
+        let exclude = vec![NONE; queries.rows()];
+        self.run(corpus, queries, &exclude, k, metric)
+    }
+
+    /// The exact kNN graph of `data`: for every row its `k` nearest other rows (itself
+    /// included only with [`Options::include_self`]).
+    ///
+    /// `k` may be anything from 1 to n - 1 (n with `include_self`).
+    pub fn graph(&self, data: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
+        prepare::validate("data", data, metric)?;
+        if self.options.include_self {
+            check_k(k, data.rows(), "the number of rows")?;
+            let exclude = vec![NONE; data.rows()];
+            self.run(data, data, &exclude, k, metric)
+        } else {
+            check_k(k, data.rows().saturating_sub(1), "the number of rows - 1 (the point itself is excluded)")?;
+            let exclude: Vec<u32> = (0..data.rows() as u32).collect();
+            self.run(data, data, &exclude, k, metric)
+        }
+    }
+
+    fn run(&self, corpus: MatrixRef<'_>, queries: MatrixRef<'_>, exclude: &[u32], k: usize, metric: Metric) -> Result<Neighbors> {
+        if corpus.rows() > NONE as usize {
+            return Err(Error::arg("data", format!("{} rows exceed the limit of {} rows", corpus.rows(), NONE)));
+        }
+        let d = corpus.cols();
+        let shift = prepare::shift(corpus, metric);
+        let corpus_stats = prepare::row_stats(corpus, &shift, metric);
+        let query_stats = prepare::row_stats(queries, &shift, metric);
+        let corpus_max = corpus_stats.max();
+        let nq = queries.rows();
+        let mut answers: Vec<Option<Ranked>> = vec![None; nq];
+        let mut pending: Vec<usize> = (0..nq).collect();
+        let mut kc = initial_candidates(k);
+        let total = nq as u64;
+
+        let mut session = match &self.engine {
+            Engine::Cpu(c) => Session::Cpu(c.open(corpus, &shift, metric)),
+            Engine::Gpu(g) => Session::Gpu(g.open(corpus, &shift, metric)?),
+        };
+        while !pending.is_empty() {
+            let available = |i: usize| corpus.rows() - usize::from(exclude[i] != NONE);
+            let max_available = pending.iter().map(|&i| available(i)).max().unwrap_or(0);
+            kc = kc.min(max_available).max(k);
+            let (sub_queries, sub_exclude);
+            let (q_view, ex_view): (MatrixRef<'_>, &[u32]) = if pending.len() == nq {
+                (queries, exclude)
+            } else {
+                sub_queries = gather_rows(queries, &pending);
+                sub_exclude = pending.iter().map(|&i| exclude[i]).collect::<Vec<_>>();
+                (sub_queries.view(), &sub_exclude)
+            };
+            let progress = self.options.progress.clone();
+            let done_before = total - pending.len() as u64;
+            let report = move |done: usize| {
+                if let Some(p) = &progress {
+                    p(done_before + done as u64, total)
+                }
+            };
+            let cands: Candidates = match &mut session {
+                Session::Cpu(s) => s.candidates(q_view, ex_view, kc, &report),
+                Session::Gpu(s) => s.candidates(q_view, ex_view, kc, &report)?,
+            };
+            let results: Vec<(usize, Option<Ranked>)> = pending
+                .par_iter()
+                .enumerate()
+                .map(|(slot, &i)| {
+                    let q = Query { corpus, vector: queries.row(i), metric, k, exclude: exclude[i] };
+                    if cands.failed[slot] {
+                        return (i, Some(refine::brute_force(q)));
+                    }
+                    let range = slot * cands.kc..(slot + 1) * cands.kc;
+                    let bound = prepare::key_error_bound(metric, d, query_stats.scale[i], corpus_max);
+                    (i, refine::refine(q, &cands.keys[range.clone()], &cands.ids[range], available(i), bound))
+                })
+                .collect();
+            pending.clear();
+            for (i, r) in results {
+                match r {
+                    Some(r) => answers[i] = Some(r),
+                    None => pending.push(i),
+                }
+            }
+            // Rows whose certificate failed have many near-ties around their k-th neighbour:
+            // ask for more candidates; once kc covers the corpus the answer is complete.
+            kc = kc.saturating_mul(4);
+        }
+        if let Some(p) = &self.options.progress {
+            p(total, total);
+        }
+
+        let mut indices = Vec::with_capacity(nq * k);
+        let mut distances = Vec::with_capacity(nq * k);
+        for ranked in answers.into_iter().map(|a| a.expect("every row is answered")) {
+            for (key, j) in ranked {
+                indices.push(j);
+                distances.push(metric.key_to_distance(key));
+            }
+        }
+        Ok(Neighbors { indices, distances, queries: nq, k })
+    }
+}
+
+enum Session<'a> {
+    Cpu(crate::cpu::CorpusSession<'a>),
+    Gpu(crate::gpu::CorpusSession<'a>),
+}
+
+/// Candidates per query for the first round: a margin above k so that the certificate
+/// usually holds, small enough that re-ranking stays cheap.
+fn initial_candidates(k: usize) -> usize {
+    k + (k / 4).max(16)
+}
+
+fn check_k(k: usize, max: usize, what: &str) -> Result<()> {
+    if k == 0 {
+        return Err(Error::arg("k", "k must be at least 1"));
+    }
+    if k > max {
+        return Err(Error::arg("k", format!("k = {k} is larger than {what} ({max})")));
+    }
+    Ok(())
+}
+
+fn gather_rows(m: MatrixRef<'_>, rows: &[usize]) -> Matrix {
+    let mut data = Vec::with_capacity(rows.len() * m.cols());
+    for &i in rows {
+        data.extend_from_slice(m.row(i));
+    }
+    Matrix::new(data, rows.len(), m.cols()).expect("gathered rows have the right length")
+}
+
+/// [`Knn::search`] with default options (the best available backend).
+pub fn search(corpus: MatrixRef<'_>, queries: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
+    Knn::new(Options::default())?.search(corpus, queries, k, metric)
+}
+
+/// [`Knn::graph`] with default options (the best available backend).
+pub fn graph(data: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
+    Knn::new(Options::default())?.graph(data, k, metric)
+}

@@ -1,0 +1,173 @@
+//! The float64 oracle, the tie-aware comparator and the table of cases shared by every
+//! backend's tests. The oracle is written independently of the library: plain loops over
+//! float64 values, no shared code.
+
+#![allow(dead_code)]
+
+use knng::{Matrix, Metric, Neighbors};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Distance as the oracle computes it, in float64, in the reported form.
+pub fn oracle_distance(metric: Metric, x: &[f32], y: &[f32]) -> f64 {
+    let x: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+    let y: Vec<f64> = y.iter().map(|&v| v as f64).collect();
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).sum::<f64>();
+    match metric {
+        Metric::Euclidean => x.iter().zip(&y).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt(),
+        Metric::SqEuclidean => x.iter().zip(&y).map(|(a, b)| (a - b) * (a - b)).sum::<f64>(),
+        Metric::Cosine => 1.0 - dot(&x, &y) / (dot(&x, &x).sqrt() * dot(&y, &y).sqrt()),
+        Metric::Correlation => {
+            let mx = x.iter().sum::<f64>() / x.len() as f64;
+            let my = y.iter().sum::<f64>() / y.len() as f64;
+            let xc: Vec<f64> = x.iter().map(|v| v - mx).collect();
+            let yc: Vec<f64> = y.iter().map(|v| v - my).collect();
+            1.0 - dot(&xc, &yc) / (dot(&xc, &xc).sqrt() * dot(&yc, &yc).sqrt())
+        }
+        Metric::InnerProduct => dot(&x, &y),
+        _ => unreachable!("a metric without an oracle"),
+    }
+}
+
+/// Ascending "nearness" key: distance, or minus the inner product.
+fn key(metric: Metric, d: f64) -> f64 {
+    if metric == Metric::InnerProduct {
+        -d
+    } else {
+        d
+    }
+}
+
+/// Checks `got` against the float64 brute force, ties aside: every returned neighbour is at
+/// most as far as the true k-th, every row strictly nearer than the true k-th is returned,
+/// indices are distinct and in range, self is excluded when asked, reported distances match
+/// the float64 ones to fp32 rounding, and rows are sorted by (distance, index).
+pub fn check(case: &str, corpus: &Matrix, queries: &Matrix, k: usize, metric: Metric, exclude_self: bool, got: &Neighbors) {
+    assert_eq!(got.queries, queries.rows(), "{case}: number of result rows");
+    assert_eq!(got.k, k, "{case}: k");
+    assert_eq!(got.indices.len(), queries.rows() * k, "{case}: indices length");
+    assert_eq!(got.distances.len(), queries.rows() * k, "{case}: distances length");
+    for qi in 0..queries.rows() {
+        let q = &queries.as_slice()[qi * queries.cols()..(qi + 1) * queries.cols()];
+        let row = |j: usize| &corpus.as_slice()[j * corpus.cols()..(j + 1) * corpus.cols()];
+        let mut all: Vec<(f64, usize)> = (0..corpus.rows())
+            .filter(|&j| !(exclude_self && j == qi))
+            .map(|j| (key(metric, oracle_distance(metric, q, row(j))), j))
+            .collect();
+        all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let kth = all[k - 1].0;
+        let scale = all.iter().map(|e| e.0.abs()).fold(0.0, f64::max).max(1e-30);
+        let tol = 1e-9 * scale;
+
+        let ids = got.indices_of(qi);
+        let dists = got.distances_of(qi);
+        let mut seen = std::collections::HashSet::new();
+        for (slot, (&j, &dist)) in ids.iter().zip(dists).enumerate() {
+            let j = j as usize;
+            assert!(j < corpus.rows(), "{case}: query {qi} slot {slot}: index {j} out of range");
+            assert!(!(exclude_self && j == qi), "{case}: query {qi} lists itself");
+            assert!(seen.insert(j), "{case}: query {qi} lists {j} twice");
+            let true_dist = oracle_distance(metric, q, row(j));
+            assert!(
+                key(metric, true_dist) <= kth + tol,
+                "{case}: query {qi} slot {slot}: neighbour {j} at {true_dist} is farther than the true k-th ({kth}); got {ids:?}, want {:?}",
+                all[..k].iter().map(|e| e.1).collect::<Vec<_>>()
+            );
+            let err = (dist as f64 - true_dist).abs();
+            assert!(
+                err <= 1e-6 * true_dist.abs().max(scale * 1e-3) + 1e-30,
+                "{case}: query {qi} slot {slot}: reported distance {dist} but float64 gives {true_dist}"
+            );
+            if slot > 0 {
+                let prev = key(metric, dists[slot - 1] as f64);
+                let this = key(metric, dist as f64);
+                assert!(prev <= this, "{case}: query {qi}: distances not sorted at slot {slot}: {dists:?}");
+                if prev == this {
+                    assert!(ids[slot - 1] < ids[slot], "{case}: query {qi}: equal distances not ordered by index at slot {slot}");
+                }
+            }
+        }
+        for &(kk, j) in all.iter().take_while(|e| e.0 < kth - tol) {
+            assert!(seen.contains(&j), "{case}: query {qi} misses neighbour {j} at {kk}, nearer than the k-th ({kth})");
+        }
+    }
+}
+
+/// One row of the case table.
+pub struct Case {
+    pub name: String,
+    pub corpus: Matrix,
+    /// `None`: a kNN graph of the corpus.
+    pub queries: Option<Matrix>,
+    pub k: usize,
+    pub metric: Metric,
+}
+
+fn random(rng: &mut StdRng, n: usize, d: usize, offset: f32) -> Matrix {
+    let data = (0..n * d).map(|_| offset + rng.random_range(-1.0f32..1.0)).collect();
+    Matrix::new(data, n, d).unwrap()
+}
+
+/// Integer-valued rows: many exact ties among distances.
+fn lattice(rng: &mut StdRng, n: usize, d: usize, levels: i32, offset: f32) -> Matrix {
+    let data = (0..n * d).map(|_| offset + rng.random_range(0..levels) as f32).collect();
+    Matrix::new(data, n, d).unwrap()
+}
+
+/// Like 8x8 image patches stored as raw counts with a large common offset: the case where the
+/// plain fp32 expansion loses neighbours.
+fn offset_patches(rng: &mut StdRng, n: usize) -> Matrix {
+    let data = (0..n * 64).map(|_| 1000.0 + rng.random_range(0..16) as f32).collect();
+    Matrix::new(data, n, 64).unwrap()
+}
+
+/// Longitude/latitude-like pairs: two dimensions, large offset, tiny spread.
+fn lon_lat(rng: &mut StdRng, n: usize) -> Matrix {
+    let data = (0..n)
+        .flat_map(|_| [-122.4 + rng.random_range(-0.01f32..0.01), 37.7 + rng.random_range(-0.01f32..0.01)])
+        .collect();
+    Matrix::new(data, n, 2).unwrap()
+}
+
+fn with_duplicates(rng: &mut StdRng, n: usize, d: usize) -> Matrix {
+    let base = random(rng, n / 3 + 1, d, 0.0);
+    let rows: Vec<Vec<f32>> = (0..n).map(|i| base.as_slice()[(i % base.rows()) * d..(i % base.rows() + 1) * d].to_vec()).collect();
+    Matrix::from_rows(&rows).unwrap()
+}
+
+/// The table run on every backend.
+pub fn cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(20261122);
+    let mut out = Vec::new();
+    let mut add = |name: String, corpus: Matrix, queries: Option<Matrix>, k: usize, metric: Metric| {
+        out.push(Case { name, corpus, queries, k, metric });
+    };
+    for metric in Metric::ALL {
+        let m = metric.name();
+        add(format!("{m}: n=1 search k=1"), random(&mut rng, 1, 3, 0.0), Some(random(&mut rng, 4, 3, 0.0)), 1, metric);
+        add(format!("{m}: n=2 graph k=1"), random(&mut rng, 2, 5, 0.0), None, 1, metric);
+        // Every row of one column is constant, so correlation needs two.
+        let d1 = if metric == Metric::Correlation { 2 } else { 1 };
+        add(format!("{m}: d={d1} graph"), random(&mut rng, 40, d1, 0.0), None, 5, metric);
+        add(format!("{m}: graph k=n-1"), random(&mut rng, 37, 6, 0.0), None, 36, metric);
+        add(format!("{m}: search k=n"), random(&mut rng, 29, 7, 0.0), Some(random(&mut rng, 11, 7, 0.0)), 29, metric);
+        add(format!("{m}: odd sizes 133x37 k=7"), random(&mut rng, 133, 37, 0.0), None, 7, metric);
+        add(format!("{m}: duplicates"), with_duplicates(&mut rng, 90, 9), None, 4, metric);
+        add(format!("{m}: lattice ties"), lattice(&mut rng, 150, 5, 3, 0.0), None, 10, metric);
+        add(format!("{m}: offset 1000 lattice"), lattice(&mut rng, 120, 16, 4, 1000.0), None, 8, metric);
+        add(format!("{m}: search 300 x 70 k=20 offset"), random(&mut rng, 300, 70, 50.0), Some(random(&mut rng, 41, 70, 50.0)), 20, metric);
+    }
+    add("euclidean: image patches offset 1000".into(), offset_patches(&mut rng, 400), None, 10, Metric::Euclidean);
+    add("sqeuclidean: lon/lat pairs".into(), lon_lat(&mut rng, 500), None, 12, Metric::SqEuclidean);
+    for s in 0..6 {
+        let n = rng.random_range(2..260usize);
+        let d = rng.random_range(2..40usize);
+        let k = rng.random_range(1..n);
+        let metric = Metric::ALL[s % Metric::ALL.len()];
+        let offset = rng.random_range(-5.0f32..5.0);
+        let m = random(&mut rng, n, d, offset);
+        add(format!("seeded shape #{s}: n={n} d={d} k={k} {}", metric.name()), m, None, k, metric);
+    }
+    out
+}
+

@@ -1,0 +1,89 @@
+//! One table of cases, run on every backend, each result checked against the float64 oracle.
+//!
+//! GPU tests fail when no adapter is found: a GPU test that passes without a GPU proves
+//! nothing. Set `KNNG_TEST_ADAPTER` to choose the adapter (index or part of its name) and
+//! `KNNG_ALLOW_NO_SUBGROUPS=1` on adapters without subgroups (wgpu's GL backend), where the
+//! subgroup tests then say loudly that they were skipped.
+
+mod common;
+
+use common::{cases, check};
+use knng::{Backend, Knn, Options};
+
+fn run_table(knn: &Knn) {
+    for case in cases() {
+        let label = format!("[{}] {}", knn.description(), case.name);
+        match &case.queries {
+            Some(queries) => {
+                let got = knn
+                    .search(case.corpus.view(), queries.view(), case.k, case.metric)
+                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+                check(&label, &case.corpus, queries, case.k, case.metric, false, &got);
+            }
+            None => {
+                let got = knn.graph(case.corpus.view(), case.k, case.metric).unwrap_or_else(|e| panic!("{label}: {e}"));
+                check(&label, &case.corpus, &case.corpus, case.k, case.metric, true, &got);
+            }
+        }
+    }
+}
+
+/// A GPU engine, or a failed test. `None` only for a declared skip of the subgroup path.
+fn gpu(no_subgroups: bool, memory_budget: Option<u64>) -> Option<Knn> {
+    let options = Options {
+        backend: Backend::Gpu,
+        adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+        no_subgroups,
+        memory_budget,
+        ..Options::default()
+    };
+    let knn = Knn::new(options).unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));
+    assert!(knn.is_gpu(), "the GPU backend was not used: {}", knn.description());
+    let subgroup_select = knn.description().contains("subgroup select");
+    if no_subgroups {
+        assert!(!subgroup_select, "asked for the workgroup select, got {}", knn.description());
+    } else if !subgroup_select {
+        if std::env::var("KNNG_ALLOW_NO_SUBGROUPS").as_deref() == Ok("1") {
+            eprintln!("SKIPPED: {} has no subgroup operations (KNNG_ALLOW_NO_SUBGROUPS=1)", knn.description());
+            return None;
+        }
+        panic!("the adapter has no subgroup operations: {}; set KNNG_ALLOW_NO_SUBGROUPS=1 to skip", knn.description());
+    }
+    eprintln!("running on {}", knn.description());
+    Some(knn)
+}
+
+/// A budget so small that corpora are cut into several chunks and streamed, queries into
+/// several tiles, and every row's candidates merged across distance tiles.
+const TINY_BUDGET: u64 = 48 << 10;
+
+#[test]
+fn cpu_backend_matches_float64_oracle() {
+    let knn = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
+    assert!(!knn.is_gpu());
+    run_table(&knn);
+}
+
+#[test]
+fn gpu_subgroup_select_matches_float64_oracle() {
+    if let Some(knn) = gpu(false, None) {
+        run_table(&knn);
+    }
+}
+
+#[test]
+fn gpu_workgroup_select_matches_float64_oracle() {
+    run_table(&gpu(true, None).expect("the workgroup select runs on every adapter"));
+}
+
+#[test]
+fn gpu_subgroup_select_small_tiles_matches_float64_oracle() {
+    if let Some(knn) = gpu(false, Some(TINY_BUDGET)) {
+        run_table(&knn);
+    }
+}
+
+#[test]
+fn gpu_workgroup_select_small_tiles_matches_float64_oracle() {
+    run_table(&gpu(true, Some(TINY_BUDGET)).expect("the workgroup select runs on every adapter"));
+}

@@ -1,0 +1,51 @@
+//! Every WGSL module is valid for naga and translates to SPIR-V (Vulkan), MSL (Apple) and
+//! HLSL (Windows), so a shader change that breaks one platform fails here, without its GPU.
+
+use naga::back::{hlsl, msl, pipeline_constants, spv};
+use naga::valid::{Capabilities, ValidationFlags, Validator};
+
+fn validate(name: &str, source: &str, subgroups: bool) -> (naga::Module, naga::valid::ModuleInfo) {
+    let module = naga::front::wgsl::parse_str(source)
+        .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
+    let mut caps = Capabilities::empty();
+    if subgroups {
+        caps |= Capabilities::SUBGROUP | Capabilities::SUBGROUP_BARRIER;
+    }
+    let info = Validator::new(ValidationFlags::all(), caps)
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
+    // Resolve override constants to their defaults, as pipeline creation would.
+    let (module, info) =
+        pipeline_constants::process_overrides(&module, &info, None, &Default::default())
+            .unwrap_or_else(|e| panic!("{name}: overrides: {e}"));
+    (module.into_owned(), info.into_owned())
+}
+
+#[test]
+fn shaders_validate_and_translate_for_every_platform() {
+    let modules = knng::gpu_shader_sources();
+    assert_eq!(modules.len(), 4, "a shader module was added or lost; update this test");
+    for (name, source, subgroups) in modules {
+        let (module, info) = validate(name, &source, subgroups);
+
+        let spirv = spv::write_vec(&module, &info, &spv::Options::default(), None)
+            .unwrap_or_else(|e| panic!("{name}: SPIR-V: {e}"));
+        assert!(spirv.len() > 100, "{name}: SPIR-V output is implausibly short");
+
+        let msl_options = msl::Options { lang_version: (2, 4), ..Default::default() };
+        let pipeline = msl::PipelineOptions::default();
+        let (msl_source, _) = msl::write_string(&module, &info, &msl_options, &pipeline)
+            .unwrap_or_else(|e| panic!("{name}: MSL: {e}"));
+        assert!(msl_source.contains("kernel"), "{name}: MSL has no kernel");
+
+        let hlsl_options = hlsl::Options {
+            shader_model: hlsl::ShaderModel::V6_0,
+            ..Default::default()
+        };
+        let mut hlsl_source = String::new();
+        hlsl::Writer::new(&mut hlsl_source, &hlsl_options, &Default::default())
+            .write(&module, &info, None)
+            .unwrap_or_else(|e| panic!("{name}: HLSL: {e}"));
+        assert!(hlsl_source.contains("numthreads"), "{name}: HLSL has no compute entry");
+    }
+}
