@@ -52,7 +52,7 @@ pub use data::{Matrix, MatrixRef, Neighbors};
 pub use error::{Error, Result};
 pub use gpu::{adapters, AdapterReport};
 pub use metric::Metric;
-pub use search::{graph, search, Backend, Knn, Options, Progress};
+pub use search::{graph, search, Backend, Knn, Options, Progress, RunStats};
 
 /// The complete WGSL modules knng builds: (name, source, needs subgroup operations). For
 /// shader validation tests.

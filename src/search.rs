@@ -78,11 +78,23 @@ enum Engine {
     Gpu(Box<GpuEngine>),
 }
 
+/// How the last search or graph went: how often the fp32 candidates had to be widened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Candidate rounds run (1 when every row was proven exact at once).
+    pub rounds: usize,
+    /// Query rows that needed more than one round (many near-ties at their k-th neighbour).
+    pub rows_widened: usize,
+    /// Query rows the backend could not finish and that were answered by float64 brute force.
+    pub rows_brute_forced: usize,
+}
+
 /// An exact k-nearest-neighbour engine bound to one backend. Create it once and reuse it:
 /// opening a GPU device and compiling shaders takes a while.
 pub struct Knn {
     engine: Engine,
     options: Options,
+    last: std::sync::Mutex<RunStats>,
 }
 
 impl Knn {
@@ -96,7 +108,7 @@ impl Knn {
                 Err(_) => Engine::Cpu(CpuEngine::new()),
             },
         };
-        Ok(Knn { engine, options })
+        Ok(Knn { engine, options, last: Default::default() })
     }
 
     /// What runs the work, e.g. `gpu: NVIDIA H200 (Vulkan, subgroup select, size 32)`.
@@ -105,6 +117,11 @@ impl Knn {
             Engine::Cpu(c) => c.description(),
             Engine::Gpu(g) => g.description(),
         }
+    }
+
+    /// Statistics of the last completed [`Knn::search`] or [`Knn::graph`].
+    pub fn last_run(&self) -> RunStats {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// True when a GPU adapter does the distance and selection work.
@@ -162,7 +179,12 @@ impl Knn {
             Engine::Cpu(c) => Session::Cpu(c.open(corpus, &shift, metric)),
             Engine::Gpu(g) => Session::Gpu(g.open(corpus, &shift, metric)?),
         };
+        let mut stats = RunStats::default();
         while !pending.is_empty() {
+            stats.rounds += 1;
+            if stats.rounds == 2 {
+                stats.rows_widened = pending.len();
+            }
             let available = |i: usize| corpus.rows() - usize::from(exclude[i] != NONE);
             let max_available = pending.iter().map(|&i| available(i)).max().unwrap_or(0);
             kc = kc.min(max_available).max(k);
@@ -185,12 +207,14 @@ impl Knn {
                 Session::Cpu(s) => s.candidates(q_view, ex_view, kc, &report),
                 Session::Gpu(s) => s.candidates(q_view, ex_view, kc, &report)?,
             };
+            let brute_forced = std::sync::atomic::AtomicUsize::new(0);
             let results: Vec<(usize, Option<Ranked>)> = pending
                 .par_iter()
                 .enumerate()
                 .map(|(slot, &i)| {
                     let q = Query { corpus, vector: queries.row(i), metric, k, exclude: exclude[i] };
                     if cands.failed[slot] {
+                        brute_forced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return (i, Some(refine::brute_force(q)));
                     }
                     let range = slot * cands.kc..(slot + 1) * cands.kc;
@@ -198,6 +222,7 @@ impl Knn {
                     (i, refine::refine(q, &cands.keys[range.clone()], &cands.ids[range], available(i), bound))
                 })
                 .collect();
+            stats.rows_brute_forced += brute_forced.into_inner();
             pending.clear();
             for (i, r) in results {
                 match r {
@@ -212,13 +237,22 @@ impl Knn {
         if let Some(p) = &self.options.progress {
             p(total, total);
         }
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
 
         let mut indices = Vec::with_capacity(nq * k);
         let mut distances = Vec::with_capacity(nq * k);
         for ranked in answers.into_iter().map(|a| a.expect("every row is answered")) {
-            for (key, j) in ranked {
+            // The set and its order come from float64; rows that round to the same f32
+            // distance are then listed by index, so the output is sorted as reported.
+            let mut row: Vec<(f32, u32)> = ranked.into_iter().map(|(key, j)| (metric.key_to_distance(key), j)).collect();
+            if metric.larger_is_nearer() {
+                row.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            } else {
+                row.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            }
+            for (distance, j) in row {
                 indices.push(j);
-                distances.push(metric.key_to_distance(key));
+                distances.push(distance);
             }
         }
         Ok(Neighbors { indices, distances, queries: nq, k })

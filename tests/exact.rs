@@ -25,6 +25,10 @@ fn run_table(knn: &Knn) {
                 check(&label, &case.corpus, &case.corpus, case.k, case.metric, true, &got);
             }
         }
+        let stats = knn.last_run();
+        eprintln!("{label}: {stats:?}");
+        // The float64 brute force is a safety net, not a path that may carry a test.
+        assert_eq!(stats.rows_brute_forced, 0, "{label}: the backend failed to select rows");
     }
 }
 

@@ -109,8 +109,14 @@ fn random(rng: &mut StdRng, n: usize, d: usize, offset: f32) -> Matrix {
 }
 
 /// Integer-valued rows: many exact ties among distances.
+/// Constant rows are nudged, since cosine and correlation are undefined for them.
 fn lattice(rng: &mut StdRng, n: usize, d: usize, levels: i32, offset: f32) -> Matrix {
-    let data = (0..n * d).map(|_| offset + rng.random_range(0..levels) as f32).collect();
+    let mut data: Vec<f32> = (0..n * d).map(|_| offset + rng.random_range(0..levels) as f32).collect();
+    for row in data.chunks_mut(d) {
+        if row.iter().all(|&v| v == row[0]) {
+            row[0] += 1.0;
+        }
+    }
     Matrix::new(data, n, d).unwrap()
 }
 
