@@ -75,6 +75,10 @@ pub enum Error {
     /// The GPU ran out of memory even with the smallest tiles.
     #[error("GPU out of memory: {0}")]
     OutOfMemory(String),
+    /// The problem cannot be cut into pieces that fit the GPU's limits (for example a k so
+    /// large that one query's candidates exceed the largest buffer).
+    #[error("too large for this GPU: {0}")]
+    TooLargeForDevice(String),
     /// The GPU device was lost (driver reset, removal, timeout).
     #[error("GPU device lost: {0}")]
     DeviceLost(String),

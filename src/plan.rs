@@ -50,7 +50,7 @@ pub(crate) fn plan_corpus(n: usize, d: usize, dev: DeviceBudget) -> Result<Corpu
     let per_chunk = dev.max_binding.min(dev.budget / 4);
     let chunk_rows = (per_chunk / row).min(n as u64) as usize;
     if chunk_rows == 0 {
-        return Err(Error::OutOfMemory(format!(
+        return Err(Error::TooLargeForDevice(format!(
             "one row of dimension {d} ({row} bytes) does not fit in a quarter of the GPU memory budget ({} bytes)",
             dev.budget
         )));
@@ -84,7 +84,7 @@ pub(crate) fn plan_tiles(nq: usize, d: usize, kc: usize, corpus: CorpusPlan, n: 
     ];
     let query_rows = limits.into_iter().min().unwrap_or(0) as usize;
     if query_rows == 0 {
-        return Err(Error::OutOfMemory(format!(
+        return Err(Error::TooLargeForDevice(format!(
             "{kc} candidates per query need {per_query_row} bytes per query row, more than the GPU memory budget \
              ({} bytes, largest binding {} bytes) allows; use a smaller k or the CPU backend",
             dev.budget, dev.max_binding

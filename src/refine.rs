@@ -99,3 +99,59 @@ pub(crate) fn brute_force(q: Query<'_>) -> Ranked {
         .collect();
     top_k(all, q.k)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::Matrix;
+
+    fn line(n: usize) -> Matrix {
+        Matrix::new((0..n).map(|i| i as f32).collect(), n, 1).unwrap()
+    }
+
+    fn query<'a>(corpus: &'a Matrix, at: &'a [f32], k: usize) -> Query<'a> {
+        Query { corpus: corpus.view(), vector: at, metric: Metric::SqEuclidean, k, exclude: NONE }
+    }
+
+    #[test]
+    fn accepts_candidates_that_provably_contain_the_answer() {
+        let corpus = line(10);
+        let at = [0.0f32];
+        // The 4 nearest of 0..10 to 0 are 0,1,2,3 (keys 0,1,4,9); fp32 keys exact here.
+        let got = refine(query(&corpus, &at, 2), &[0.0, 1.0, 4.0, 9.0], &[0, 1, 2, 3], 10, 1e-6).unwrap();
+        assert_eq!(got, vec![(0.0, 0), (1.0, 1)]);
+    }
+
+    #[test]
+    fn rejects_candidates_when_the_error_bound_allows_a_nearer_outsider() {
+        let corpus = line(10);
+        let at = [0.0f32];
+        // Largest candidate key 9 minus a bound of 8.5 leaves 0.5 < the 2nd exact key (1).
+        assert!(refine(query(&corpus, &at, 2), &[0.0, 1.0, 4.0, 9.0], &[0, 1, 2, 3], 10, 8.5).is_none());
+    }
+
+    #[test]
+    fn rejects_candidates_that_miss_a_true_neighbour_within_the_bound() {
+        let corpus = line(10);
+        let at = [0.0f32];
+        // Row 1 is missing: the exact 2nd is row 2 (key 4); keys of 4 and 9 with a bound of 6
+        // cannot exclude an outsider at 3 or more.
+        assert!(refine(query(&corpus, &at, 2), &[0.0, 4.0, 9.0], &[0, 2, 3], 10, 6.0).is_none());
+    }
+
+    #[test]
+    fn padded_candidate_lists_are_complete() {
+        let corpus = line(3);
+        let at = [2.5f32];
+        let got = refine(query(&corpus, &at, 3), &[0.25, 2.25, 6.25, f32::INFINITY], &[2, 1, 0, NONE], 3, 100.0).unwrap();
+        assert_eq!(got.iter().map(|e| e.1).collect::<Vec<_>>(), vec![2, 1, 0]);
+    }
+
+    #[test]
+    fn brute_force_breaks_ties_by_index_and_skips_self() {
+        let corpus = Matrix::new(vec![1.0, 0.0, 2.0, 0.0, 1.0], 5, 1).unwrap();
+        let at = [0.0f32];
+        let q = Query { exclude: 1, ..query(&corpus, &at, 3) };
+        assert_eq!(brute_force(q), vec![(0.0, 3), (1.0, 0), (1.0, 4)]);
+    }
+}

@@ -177,7 +177,7 @@ impl Knn {
 
         let mut session = match &self.engine {
             Engine::Cpu(c) => Session::Cpu(c.open(corpus, &shift, metric)),
-            Engine::Gpu(g) => Session::Gpu(g.open(corpus, &shift, metric)?),
+            Engine::Gpu(g) => Session::Gpu(retry_smaller(g, || g.open(corpus, &shift, metric))?),
         };
         let mut stats = RunStats::default();
         while !pending.is_empty() {
@@ -205,7 +205,10 @@ impl Knn {
             };
             let cands: Candidates = match &mut session {
                 Session::Cpu(s) => s.candidates(q_view, ex_view, kc, &report),
-                Session::Gpu(s) => s.candidates(q_view, ex_view, kc, &report)?,
+                Session::Gpu(s) => {
+                    let Engine::Gpu(g) = &self.engine else { unreachable!("a GPU session has a GPU engine") };
+                    retry_smaller(g, || s.candidates(q_view, ex_view, kc, &report))?
+                }
             };
             let brute_forced = std::sync::atomic::AtomicUsize::new(0);
             let results: Vec<(usize, Option<Ranked>)> = pending
@@ -262,6 +265,17 @@ impl Knn {
 enum Session<'a> {
     Cpu(crate::cpu::CorpusSession<'a>),
     Gpu(crate::gpu::CorpusSession<'a>),
+}
+
+/// Runs `f`, and after each GPU out-of-memory error halves the memory budget and runs it
+/// again, until it succeeds or the budget is too small to try.
+fn retry_smaller<T>(gpu: &GpuEngine, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+    loop {
+        match f() {
+            Err(Error::OutOfMemory(_)) if gpu.shrink_budget() => continue,
+            other => return other,
+        }
+    }
 }
 
 /// Candidates per query for the first round: a margin above k so that the certificate

@@ -32,15 +32,31 @@ impl ErrorLog {
     }
 }
 
-pub(crate) fn instance() -> wgpu::Instance {
-    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
-}
-
-pub(crate) fn all_adapters(instance: &wgpu::Instance) -> Vec<wgpu::Adapter> {
-    pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
-        .into_iter()
-        .filter(|a| a.get_downlevel_capabilities().flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS))
-        .collect()
+/// Every adapter that runs compute shaders, with the instance that owns them.
+///
+/// `WGPU_BACKEND` (e.g. `gl`, `vulkan`) picks the backends. Otherwise the native APIs
+/// (Vulkan, Metal, DX12) are asked first and GL only when they offer nothing: probing GL
+/// starts EGL, which is slow and noisy on headless machines.
+pub(crate) fn discover() -> (wgpu::Instance, Vec<wgpu::Adapter>) {
+    let from_env = std::env::var_os("WGPU_BACKEND").is_some();
+    let tiers = if from_env { vec![None] } else { vec![Some(wgpu::Backends::PRIMARY), Some(wgpu::Backends::SECONDARY)] };
+    let mut last = None;
+    for tier in tiers {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        if let Some(backends) = tier {
+            desc.backends = backends;
+        }
+        let instance = wgpu::Instance::new(desc);
+        let adapters: Vec<wgpu::Adapter> = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
+            .into_iter()
+            .filter(|a| a.get_downlevel_capabilities().flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS))
+            .collect();
+        if !adapters.is_empty() {
+            return (instance, adapters);
+        }
+        last = Some(instance);
+    }
+    (last.expect("at least one tier is tried"), Vec::new())
 }
 
 fn is_hardware(info: &wgpu::AdapterInfo) -> bool {
@@ -193,8 +209,7 @@ impl fmt::Display for AdapterReport {
 
 /// Every adapter wgpu can see that runs compute shaders, and which one `auto` would pick.
 pub fn adapters() -> Vec<AdapterReport> {
-    let instance = instance();
-    let list = all_adapters(&instance);
+    let (_instance, list) = discover();
     let auto = choose_adapter(&list, None, true).ok();
     list.iter()
         .enumerate()

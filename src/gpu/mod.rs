@@ -24,6 +24,8 @@ use context::Context;
 
 /// Default GPU memory budget.
 const DEFAULT_BUDGET: u64 = 1 << 30;
+/// Below this budget an out-of-memory error is final.
+const MIN_RETRY_BUDGET: u64 = 8 << 20;
 /// Uniform slots are this far apart (the largest `min_uniform_buffer_offset_alignment`).
 const PARAM_SLOT: u64 = 256;
 /// Distance tile shape (override constants of distance.wgsl).
@@ -44,7 +46,9 @@ pub(crate) struct GpuEngine {
     norms: Kernel,
     distance: Kernel,
     select: Kernel,
-    budget: DeviceBudget,
+    max_binding: u64,
+    /// Bytes the engine may allocate; halved after each out-of-memory error.
+    budget: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Clone, Copy)]
@@ -103,8 +107,7 @@ const RW: Slot = Slot::Storage { read_only: false };
 
 impl GpuEngine {
     pub fn new(options: &Options, hardware_only: bool) -> Result<Self> {
-        let instance = context::instance();
-        let adapters = context::all_adapters(&instance);
+        let (_instance, adapters) = context::discover();
         let chosen = context::choose_adapter(&adapters, options.adapter.as_deref(), hardware_only && options.adapter.is_none())?;
         let ctx = Context::open(&adapters[chosen], !options.no_subgroups)?;
         let tile = [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", TILE_K as f64)];
@@ -117,8 +120,8 @@ impl GpuEngine {
         })?;
         ctx.wait()?;
         let max_binding = ctx.limits.max_storage_buffer_binding_size.min(ctx.limits.max_buffer_size);
-        let budget = DeviceBudget { max_binding, budget: options.memory_budget.unwrap_or(DEFAULT_BUDGET) };
-        Ok(GpuEngine { ctx, norms, distance, select, budget })
+        let budget = options.memory_budget.unwrap_or(DEFAULT_BUDGET).into();
+        Ok(GpuEngine { ctx, norms, distance, select, max_binding, budget })
     }
 
     pub fn description(&self) -> String {
@@ -131,8 +134,23 @@ impl GpuEngine {
         format!("gpu: {} ({:?}, {select})", i.name, i.backend)
     }
 
+    fn budget(&self) -> DeviceBudget {
+        DeviceBudget { max_binding: self.max_binding, budget: self.budget.load(std::sync::atomic::Ordering::Relaxed) }
+    }
+
+    /// Halves the memory budget after an out-of-memory error; false when it is already too
+    /// small to be worth another try.
+    pub fn shrink_budget(&self) -> bool {
+        let now = self.budget.load(std::sync::atomic::Ordering::Relaxed);
+        if now < MIN_RETRY_BUDGET {
+            return false;
+        }
+        self.budget.store(now / 2, std::sync::atomic::Ordering::Relaxed);
+        true
+    }
+
     pub fn open<'a>(&'a self, corpus: MatrixRef<'a>, shift: &[f32], metric: Metric) -> Result<CorpusSession<'a>> {
-        let plan = plan::plan_corpus(corpus.rows(), corpus.cols(), self.budget)?;
+        let plan = plan::plan_corpus(corpus.rows(), corpus.cols(), self.budget())?;
         let shift_buf = self.upload("shift", bytemuck::cast_slice(shift))?;
         let mut session = CorpusSession { gpu: self, corpus, metric, plan, shift: shift_buf, resident: Vec::new() };
         if plan.resident {
@@ -263,7 +281,7 @@ impl CorpusSession<'_> {
     pub fn candidates(&mut self, queries: MatrixRef<'_>, exclude: &[u32], kc: usize, report: &(dyn Fn(usize) + Sync)) -> Result<Candidates> {
         let nq = queries.rows();
         let mut out = Candidates { kc, keys: vec![f32::INFINITY; nq * kc], ids: vec![u32::MAX; nq * kc], failed: vec![false; nq] };
-        let tiles = plan::plan_tiles(nq, queries.cols(), kc, self.plan, self.corpus.rows(), self.gpu.budget)?;
+        let tiles = plan::plan_tiles(nq, queries.cols(), kc, self.plan, self.corpus.rows(), self.gpu.budget())?;
         for q0 in (0..nq).step_by(tiles.query_rows) {
             let rows = tiles.query_rows.min(nq - q0);
             self.query_tile(queries, q0, rows, &exclude[q0..q0 + rows], kc, tiles, &mut out)?;

@@ -1,0 +1,132 @@
+//! Bad input ends in a typed error whose message names what is wrong, on every backend.
+
+use knng::{Backend, Error, Knn, Matrix, Metric, Options};
+
+fn engines() -> Vec<Knn> {
+    let mut v = vec![Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap()];
+    let gpu = Knn::new(Options { backend: Backend::Gpu, adapter: std::env::var("KNNG_TEST_ADAPTER").ok(), ..Options::default() })
+        .unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));
+    v.push(gpu);
+    v
+}
+
+fn grid(n: usize, d: usize) -> Matrix {
+    Matrix::new((0..n * d).map(|i| (i % 7) as f32 + (i / d) as f32 * 0.5).collect(), n, d).unwrap()
+}
+
+#[test]
+fn bad_k_is_refused() {
+    let data = grid(10, 3);
+    for knn in engines() {
+        let e = knn.graph(data.view(), 0, Metric::Euclidean).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("k must be at least 1"), "{e}");
+        let e = knn.graph(data.view(), 10, Metric::Euclidean).unwrap_err();
+        assert!(e.to_string().contains("k = 10") && e.to_string().contains("(9)"), "{e}");
+        let e = knn.search(data.view(), data.view(), 11, Metric::Euclidean).unwrap_err();
+        assert!(e.to_string().contains("k = 11"), "{e}");
+        // k = n is fine for a search and for a graph that includes the point itself.
+        assert_eq!(knn.search(data.view(), data.view(), 10, Metric::Euclidean).unwrap().k, 10);
+    }
+}
+
+#[test]
+fn empty_inputs_are_refused() {
+    let empty = Matrix::new(vec![], 0, 4).unwrap();
+    let no_cols = Matrix::new(vec![], 5, 0).unwrap();
+    for knn in engines() {
+        for m in [&empty, &no_cols] {
+            let e = knn.graph(m.view(), 1, Metric::Euclidean).unwrap_err();
+            assert!(matches!(e, Error::Empty { .. }), "{e}");
+            assert!(e.to_string().contains("is empty"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn dimension_mismatch_is_refused() {
+    for knn in engines() {
+        let e = knn.search(grid(10, 3).view(), grid(2, 4).view(), 1, Metric::Euclidean).unwrap_err();
+        assert_eq!(e.to_string(), "dimension mismatch: corpus has 3 columns but queries have 4");
+    }
+}
+
+#[test]
+fn non_finite_values_name_row_and_column() {
+    for (value, text) in [(f32::NAN, "NaN"), (f32::INFINITY, "inf"), (f32::NEG_INFINITY, "-inf")] {
+        let mut v = grid(20, 5).into_vec();
+        v[7 * 5 + 3] = value;
+        v[9 * 5 + 1] = value;
+        let data = Matrix::new(v, 20, 5).unwrap();
+        for knn in engines() {
+            let e = knn.graph(data.view(), 3, Metric::Euclidean).unwrap_err();
+            assert_eq!(e.to_string(), format!("data has a non-finite value {text} at row 7, column 3"));
+            let e = knn.search(grid(20, 5).view(), data.view(), 3, Metric::Cosine).unwrap_err();
+            assert!(e.to_string().starts_with("queries has a non-finite value") && e.to_string().contains("row 7"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn degenerate_rows_are_refused_where_the_metric_is_undefined() {
+    let mut v = grid(12, 4).into_vec();
+    v[5 * 4..6 * 4].fill(0.0);
+    let zero_row = Matrix::new(v, 12, 4).unwrap();
+    let mut v = grid(12, 4).into_vec();
+    v[8 * 4..9 * 4].fill(3.5);
+    let constant_row = Matrix::new(v, 12, 4).unwrap();
+    for knn in engines() {
+        let e = knn.graph(zero_row.view(), 2, Metric::Cosine).unwrap_err();
+        assert_eq!(e.to_string(), "data row 5 is a zero vector: the cosine distance is undefined for it");
+        let e = knn.graph(constant_row.view(), 2, Metric::Correlation).unwrap_err();
+        assert_eq!(e.to_string(), "data row 8 is constant (zero variance): the correlation distance is undefined for it");
+        // The same rows are fine under metrics that define them.
+        knn.graph(zero_row.view(), 2, Metric::Euclidean).unwrap();
+        knn.graph(constant_row.view(), 2, Metric::Cosine).unwrap();
+    }
+}
+
+#[test]
+fn huge_values_are_refused_before_they_overflow() {
+    let mut v = grid(6, 2).into_vec();
+    v[4 * 2 + 1] = 3e19;
+    let data = Matrix::new(v, 6, 2).unwrap();
+    for knn in engines() {
+        let e = knn.graph(data.view(), 2, Metric::SqEuclidean).unwrap_err();
+        assert!(e.to_string().contains("row 4, column 1"), "{e}");
+    }
+}
+
+#[test]
+fn names_are_parsed_with_aliases_and_clear_errors() {
+    assert_eq!("l2".parse::<Metric>().unwrap(), Metric::Euclidean);
+    assert_eq!("pearson".parse::<Metric>().unwrap(), Metric::Correlation);
+    assert_eq!("IP".parse::<Metric>().unwrap(), Metric::InnerProduct);
+    let e = "manhattan".parse::<Metric>().unwrap_err();
+    assert!(e.to_string().contains("manhattan") && e.to_string().contains("euclidean"), "{e}");
+    let e = "tpu".parse::<Backend>().unwrap_err();
+    assert!(e.to_string().contains("tpu"), "{e}");
+}
+
+#[test]
+fn an_unknown_adapter_is_a_clear_error() {
+    let options = Options { backend: Backend::Gpu, adapter: Some("no such adapter 12345".into()), ..Options::default() };
+    let e = Knn::new(options).err().expect("the adapter does not exist");
+    assert!(e.to_string().contains("no such adapter 12345"), "{e}");
+    let options = Options { backend: Backend::Gpu, adapter: Some("999".into()), ..Options::default() };
+    let e = Knn::new(options).err().expect("index out of range");
+    assert!(e.to_string().contains("999"), "{e}");
+}
+
+#[test]
+fn a_k_too_large_for_the_gpu_budget_is_an_error_not_a_crash() {
+    let knn = Knn::new(Options {
+        backend: Backend::Gpu,
+        adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+        memory_budget: Some(4 << 10),
+        ..Options::default()
+    })
+    .unwrap();
+    let data = grid(600, 8);
+    let e = knn.graph(data.view(), 599, Metric::Euclidean).unwrap_err();
+    assert!(matches!(e, Error::TooLargeForDevice(_)), "{e}");
+}
