@@ -65,10 +65,7 @@ impl Matrix {
         for (i, r) in rows.iter().enumerate() {
             let r = r.as_ref();
             if r.len() != cols {
-                return Err(Error::arg(
-                    "rows",
-                    format!("row {i} has {} values but row 0 has {cols}", r.len()),
-                ));
+                return Err(Error::arg("rows", format!("row {i} has {} values but row 0 has {cols}", r.len())));
             }
             data.extend_from_slice(r);
         }

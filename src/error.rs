@@ -46,7 +46,9 @@ pub enum Error {
         value: f32,
     },
     /// A value is so large that squared distances overflow f32.
-    #[error("{what} has a value {value} at row {row}, column {col} too large for f32 distances (|v| must be below 1e18)")]
+    #[error(
+        "{what} has a value {value} at row {row}, column {col} too large for f32 distances (|v| must be below 1e18)"
+    )]
     TooLarge {
         /// Which input.
         what: &'static str,

@@ -23,13 +23,8 @@ pub enum Metric {
 
 impl Metric {
     /// Every metric, in documentation order.
-    pub const ALL: [Metric; 5] = [
-        Metric::Euclidean,
-        Metric::SqEuclidean,
-        Metric::Cosine,
-        Metric::Correlation,
-        Metric::InnerProduct,
-    ];
+    pub const ALL: [Metric; 5] =
+        [Metric::Euclidean, Metric::SqEuclidean, Metric::Cosine, Metric::Correlation, Metric::InnerProduct];
 
     /// The canonical name (`euclidean`, `sqeuclidean`, `cosine`, `correlation`, `inner_product`).
     pub fn name(self) -> &'static str {

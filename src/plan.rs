@@ -60,7 +60,14 @@ pub(crate) fn plan_corpus(n: usize, d: usize, dev: DeviceBudget) -> Result<Corpu
 
 /// Chooses the query tile for `nq` queries needing `kc` candidates each against corpus chunks
 /// of `chunk_rows` rows.
-pub(crate) fn plan_tiles(nq: usize, d: usize, kc: usize, corpus: CorpusPlan, n: usize, dev: DeviceBudget) -> Result<TilePlan> {
+pub(crate) fn plan_tiles(
+    nq: usize,
+    d: usize,
+    kc: usize,
+    corpus: CorpusPlan,
+    n: usize,
+    dev: DeviceBudget,
+) -> Result<TilePlan> {
     let column_tile = corpus.chunk_rows.min(MAX_COLUMN_TILE);
     let scratch_stride = column_tile.max(2 * kc);
     let row = prepared_row_bytes(d);
@@ -101,7 +108,14 @@ mod tests {
 
     #[test]
     fn every_buffer_stays_under_the_binding_limit() {
-        for &(n, d, kc) in &[(1usize, 1usize, 1usize), (100_000, 128, 26), (1 << 20, 96, 40), (65536, 128, 1266), (16384, 4096, 656), (3_000_000, 3, 3_000_000)] {
+        for &(n, d, kc) in &[
+            (1usize, 1usize, 1usize),
+            (100_000, 128, 26),
+            (1 << 20, 96, 40),
+            (65536, 128, 1266),
+            (16384, 4096, 656),
+            (3_000_000, 3, 3_000_000),
+        ] {
             let corpus = plan_corpus(n, d, LAVAPIPE).unwrap();
             assert!(corpus.chunk_rows as u64 * prepared_row_bytes(d) <= LAVAPIPE.max_binding);
             let t = match plan_tiles(n, d, kc, corpus, n, LAVAPIPE) {

@@ -131,17 +131,14 @@ pub(crate) fn row_stats(m: MatrixRef<'_>, shift: &[f32], metric: Metric) -> RowS
         .map(|i| {
             let row = m.row(i);
             match metric {
-                Metric::Euclidean | Metric::SqEuclidean => row
-                    .iter()
-                    .zip(shift)
-                    .map(|(&v, &s)| (v as f64 - s as f64).powi(2))
-                    .sum::<f64>(),
+                Metric::Euclidean | Metric::SqEuclidean => {
+                    row.iter().zip(shift).map(|(&v, &s)| (v as f64 - s as f64).powi(2)).sum::<f64>()
+                }
                 Metric::InnerProduct => row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt(),
                 Metric::Cosine => 3.0 * gamma(d + 4),
                 Metric::Correlation => {
                     let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
-                    let centred =
-                        row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>().sqrt();
+                    let centred = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>().sqrt();
                     let raw = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
                     3.0 * gamma(d + 4) * (1.0 + raw / centred)
                 }

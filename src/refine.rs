@@ -59,13 +59,7 @@ fn top_k(mut all: Vec<(f64, u32)>, k: usize) -> Ranked {
 }
 
 /// Re-ranks one query's candidates exactly. `None` when the certificate fails.
-pub(crate) fn refine(
-    q: Query<'_>,
-    keys: &[f32],
-    ids: &[u32],
-    available: usize,
-    error_bound: f64,
-) -> Option<Ranked> {
+pub(crate) fn refine(q: Query<'_>, keys: &[f32], ids: &[u32], available: usize, error_bound: f64) -> Option<Ranked> {
     let exact: Vec<(f64, u32)> = ids
         .iter()
         .filter(|&&j| j != NONE && j != q.exclude)
@@ -79,12 +73,8 @@ pub(crate) fn refine(
     if complete {
         return Some(ranked);
     }
-    let largest_candidate = keys
-        .iter()
-        .zip(ids)
-        .filter(|&(_, &j)| j != NONE)
-        .map(|(&a, _)| a as f64)
-        .fold(f64::NEG_INFINITY, f64::max);
+    let largest_candidate =
+        keys.iter().zip(ids).filter(|&(_, &j)| j != NONE).map(|(&a, _)| a as f64).fold(f64::NEG_INFINITY, f64::max);
     let floor = if q.metric == Metric::InnerProduct { f64::NEG_INFINITY } else { 0.0 };
     let outside_lower_bound = (largest_candidate - error_bound).max(floor);
     (ranked[q.k - 1].0 <= outside_lower_bound).then_some(ranked)
@@ -143,7 +133,8 @@ mod tests {
     fn padded_candidate_lists_are_complete() {
         let corpus = line(3);
         let at = [2.5f32];
-        let got = refine(query(&corpus, &at, 3), &[0.25, 2.25, 6.25, f32::INFINITY], &[2, 1, 0, NONE], 3, 100.0).unwrap();
+        let got =
+            refine(query(&corpus, &at, 3), &[0.25, 2.25, 6.25, f32::INFINITY], &[2, 1, 0, NONE], 3, 100.0).unwrap();
         assert_eq!(got.iter().map(|e| e.1).collect::<Vec<_>>(), vec![2, 1, 0]);
     }
 

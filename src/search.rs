@@ -160,7 +160,14 @@ impl Knn {
         }
     }
 
-    fn run(&self, corpus: MatrixRef<'_>, queries: MatrixRef<'_>, exclude: &[u32], k: usize, metric: Metric) -> Result<Neighbors> {
+    fn run(
+        &self,
+        corpus: MatrixRef<'_>,
+        queries: MatrixRef<'_>,
+        exclude: &[u32],
+        k: usize,
+        metric: Metric,
+    ) -> Result<Neighbors> {
         if corpus.rows() > NONE as usize {
             return Err(Error::arg("data", format!("{} rows exceed the limit of {} rows", corpus.rows(), NONE)));
         }
@@ -247,7 +254,8 @@ impl Knn {
         for ranked in answers.into_iter().map(|a| a.expect("every row is answered")) {
             // The set and its order come from float64; rows that round to the same f32
             // distance are then listed by index, so the output is sorted as reported.
-            let mut row: Vec<(f32, u32)> = ranked.into_iter().map(|(key, j)| (metric.key_to_distance(key), j)).collect();
+            let mut row: Vec<(f32, u32)> =
+                ranked.into_iter().map(|(key, j)| (metric.key_to_distance(key), j)).collect();
             if metric.larger_is_nearer() {
                 row.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
             } else {

@@ -4,8 +4,12 @@ use knng::{Backend, Error, Knn, Matrix, Metric, Options};
 
 fn engines() -> Vec<Knn> {
     let mut v = vec![Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap()];
-    let gpu = Knn::new(Options { backend: Backend::Gpu, adapter: std::env::var("KNNG_TEST_ADAPTER").ok(), ..Options::default() })
-        .unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));
+    let gpu = Knn::new(Options {
+        backend: Backend::Gpu,
+        adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+        ..Options::default()
+    })
+    .unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));
     v.push(gpu);
     v
 }
@@ -61,7 +65,10 @@ fn non_finite_values_name_row_and_column() {
             let e = knn.graph(data.view(), 3, Metric::Euclidean).unwrap_err();
             assert_eq!(e.to_string(), format!("data has a non-finite value {text} at row 7, column 3"));
             let e = knn.search(grid(20, 5).view(), data.view(), 3, Metric::Cosine).unwrap_err();
-            assert!(e.to_string().starts_with("queries has a non-finite value") && e.to_string().contains("row 7"), "{e}");
+            assert!(
+                e.to_string().starts_with("queries has a non-finite value") && e.to_string().contains("row 7"),
+                "{e}"
+            );
         }
     }
 }
@@ -78,7 +85,10 @@ fn degenerate_rows_are_refused_where_the_metric_is_undefined() {
         let e = knn.graph(zero_row.view(), 2, Metric::Cosine).unwrap_err();
         assert_eq!(e.to_string(), "data row 5 is a zero vector: the cosine distance is undefined for it");
         let e = knn.graph(constant_row.view(), 2, Metric::Correlation).unwrap_err();
-        assert_eq!(e.to_string(), "data row 8 is constant (zero variance): the correlation distance is undefined for it");
+        assert_eq!(
+            e.to_string(),
+            "data row 8 is constant (zero variance): the correlation distance is undefined for it"
+        );
         // The same rows are fine under metrics that define them.
         knn.graph(zero_row.view(), 2, Metric::Euclidean).unwrap();
         knn.graph(constant_row.view(), 2, Metric::Cosine).unwrap();
@@ -109,7 +119,8 @@ fn names_are_parsed_with_aliases_and_clear_errors() {
 
 #[test]
 fn an_unknown_adapter_is_a_clear_error() {
-    let options = Options { backend: Backend::Gpu, adapter: Some("no such adapter 12345".into()), ..Options::default() };
+    let options =
+        Options { backend: Backend::Gpu, adapter: Some("no such adapter 12345".into()), ..Options::default() };
     let e = Knn::new(options).err().expect("the adapter does not exist");
     assert!(e.to_string().contains("no such adapter 12345"), "{e}");
     let options = Options { backend: Backend::Gpu, adapter: Some("999".into()), ..Options::default() };

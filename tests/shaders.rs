@@ -5,8 +5,8 @@ use naga::back::{hlsl, msl, pipeline_constants, spv};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 
 fn validate(name: &str, source: &str, subgroups: bool) -> (naga::Module, naga::valid::ModuleInfo) {
-    let module = naga::front::wgsl::parse_str(source)
-        .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
+    let module =
+        naga::front::wgsl::parse_str(source).unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
     let mut caps = Capabilities::empty();
     if subgroups {
         caps |= Capabilities::SUBGROUP | Capabilities::SUBGROUP_BARRIER;
@@ -15,9 +15,8 @@ fn validate(name: &str, source: &str, subgroups: bool) -> (naga::Module, naga::v
         .validate(&module)
         .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
     // Resolve override constants to their defaults, as pipeline creation would.
-    let (module, info) =
-        pipeline_constants::process_overrides(&module, &info, None, &Default::default())
-            .unwrap_or_else(|e| panic!("{name}: overrides: {e}"));
+    let (module, info) = pipeline_constants::process_overrides(&module, &info, None, &Default::default())
+        .unwrap_or_else(|e| panic!("{name}: overrides: {e}"));
     (module.into_owned(), info.into_owned())
 }
 
@@ -34,14 +33,11 @@ fn shaders_validate_and_translate_for_every_platform() {
 
         let msl_options = msl::Options { lang_version: (2, 4), ..Default::default() };
         let pipeline = msl::PipelineOptions::default();
-        let (msl_source, _) = msl::write_string(&module, &info, &msl_options, &pipeline)
-            .unwrap_or_else(|e| panic!("{name}: MSL: {e}"));
+        let (msl_source, _) =
+            msl::write_string(&module, &info, &msl_options, &pipeline).unwrap_or_else(|e| panic!("{name}: MSL: {e}"));
         assert!(msl_source.contains("kernel"), "{name}: MSL has no kernel");
 
-        let hlsl_options = hlsl::Options {
-            shader_model: hlsl::ShaderModel::V6_0,
-            ..Default::default()
-        };
+        let hlsl_options = hlsl::Options { shader_model: hlsl::ShaderModel::V6_0, ..Default::default() };
         let mut hlsl_source = String::new();
         hlsl::Writer::new(&mut hlsl_source, &hlsl_options, &Default::default())
             .write(&module, &info, None)

@@ -46,7 +46,8 @@ fn prepare_all(m: MatrixRef<'_>, shift: &[f32], metric: Metric) -> (Vec<f32>, Ve
     let d = m.cols();
     let mut prepared = vec![0.0f32; m.rows() * d];
     prepared.par_chunks_mut(d).enumerate().for_each(|(i, out)| prepare_row(m.row(i), shift, metric, out));
-    let norms = prepared.par_chunks(d).map(|r| r.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() as f32).collect();
+    let norms =
+        prepared.par_chunks(d).map(|r| r.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() as f32).collect();
     (prepared, norms)
 }
 
@@ -85,7 +86,13 @@ impl BestKeys {
 }
 
 impl CorpusSession<'_> {
-    pub fn candidates(&mut self, queries: MatrixRef<'_>, exclude: &[u32], kc: usize, report: &(dyn Fn(usize) + Sync)) -> Candidates {
+    pub fn candidates(
+        &mut self,
+        queries: MatrixRef<'_>,
+        exclude: &[u32],
+        kc: usize,
+        report: &(dyn Fn(usize) + Sync),
+    ) -> Candidates {
         let d = self.corpus.cols();
         let n = self.corpus.rows();
         let nq = queries.rows();
@@ -96,10 +103,8 @@ impl CorpusSession<'_> {
         let metric = self.metric;
         let (prepared, norms) = (&self.prepared, &self.norms);
 
-        keys.par_chunks_mut(QUERY_BLOCK * kc)
-            .zip(ids.par_chunks_mut(QUERY_BLOCK * kc))
-            .enumerate()
-            .for_each(|(b, (key_block, id_block))| {
+        keys.par_chunks_mut(QUERY_BLOCK * kc).zip(ids.par_chunks_mut(QUERY_BLOCK * kc)).enumerate().for_each(
+            |(b, (key_block, id_block))| {
                 let q0 = b * QUERY_BLOCK;
                 let rows = (nq - q0).min(QUERY_BLOCK);
                 let mut best: Vec<BestKeys> = (0..rows).map(|_| BestKeys::new(kc)).collect();
@@ -109,10 +114,20 @@ impl CorpusSession<'_> {
                     // dots (rows x cols) = Q (rows x d) * C^T (d x cols); C is row-major n x d.
                     unsafe {
                         matrixmultiply::sgemm(
-                            rows, d, cols, 1.0,
-                            q_prepared[q0 * d..].as_ptr(), d as isize, 1,
-                            prepared[c0 * d..].as_ptr(), 1, d as isize,
-                            0.0, dots.as_mut_ptr(), cols as isize, 1,
+                            rows,
+                            d,
+                            cols,
+                            1.0,
+                            q_prepared[q0 * d..].as_ptr(),
+                            d as isize,
+                            1,
+                            prepared[c0 * d..].as_ptr(),
+                            1,
+                            d as isize,
+                            0.0,
+                            dots.as_mut_ptr(),
+                            cols as isize,
+                            1,
                         );
                     }
                     for (r, top) in best.iter_mut().enumerate() {
@@ -140,7 +155,8 @@ impl CorpusSession<'_> {
                     }
                 }
                 report(done.fetch_add(rows, Ordering::Relaxed) + rows);
-            });
+            },
+        );
         Candidates { kc, keys, ids, failed: vec![false; nq] }
     }
 }

@@ -39,7 +39,8 @@ impl ErrorLog {
 /// starts EGL, which is slow and noisy on headless machines.
 pub(crate) fn discover() -> (wgpu::Instance, Vec<wgpu::Adapter>) {
     let from_env = std::env::var_os("WGPU_BACKEND").is_some();
-    let tiers = if from_env { vec![None] } else { vec![Some(wgpu::Backends::PRIMARY), Some(wgpu::Backends::SECONDARY)] };
+    let tiers =
+        if from_env { vec![None] } else { vec![Some(wgpu::Backends::PRIMARY), Some(wgpu::Backends::SECONDARY)] };
     let mut last = None;
     for tier in tiers {
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
@@ -91,7 +92,10 @@ pub(crate) fn choose_adapter(adapters: &[wgpu::Adapter], wanted: Option<&str>, h
             return if i < adapters.len() {
                 Ok(i)
             } else {
-                Err(Error::arg("adapter", format!("index {i} is out of range: there are {} adapters (see `knng info`)", adapters.len())))
+                Err(Error::arg(
+                    "adapter",
+                    format!("index {i} is out of range: there are {} adapters (see `knng info`)", adapters.len()),
+                ))
             };
         }
         let lower = w.to_lowercase();
@@ -150,9 +154,7 @@ impl Context {
 
     /// Waits for all submitted work and reports any error recorded meanwhile.
     pub fn wait(&self) -> Result<()> {
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::DeviceLost(e.to_string()))?;
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::DeviceLost(e.to_string()))?;
         self.log.check()
     }
 
@@ -194,7 +196,11 @@ impl fmt::Display for AdapterReport {
         } else {
             writeln!(f, "    subgroups: none (workgroup prefix-sum select)")?;
         }
-        writeln!(f, "    features: {}", if self.features.is_empty() { "-".to_string() } else { self.features.join(", ") })?;
+        writeln!(
+            f,
+            "    features: {}",
+            if self.features.is_empty() { "-".to_string() } else { self.features.join(", ") }
+        )?;
         write!(
             f,
             "    limits: storage binding {} MiB, buffer {} MiB, workgroup memory {} KiB, invocations {}, workgroups per dimension {}",

@@ -19,8 +19,8 @@ use crate::plan::{self, CorpusPlan, DeviceBudget, TilePlan};
 use crate::refine::Candidates;
 use crate::search::Options;
 
-pub use context::{adapters, AdapterReport};
 use context::Context;
+pub use context::{adapters, AdapterReport};
 
 /// Default GPU memory budget.
 const DEFAULT_BUDGET: u64 = 1 << 30;
@@ -81,7 +81,8 @@ fn kernel(ctx: &Context, name: &str, source: &str, entry: &str, slots: &[Slot], 
         });
     }
     let device = &ctx.device;
-    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(name), entries: &entries });
+    let layout =
+        device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(name), entries: &entries });
     let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
         label: Some(name),
         bind_group_layouts: &[Some(&layout)],
@@ -108,7 +109,8 @@ const RW: Slot = Slot::Storage { read_only: false };
 impl GpuEngine {
     pub fn new(options: &Options, hardware_only: bool) -> Result<Self> {
         let (_instance, adapters) = context::discover();
-        let chosen = context::choose_adapter(&adapters, options.adapter.as_deref(), hardware_only && options.adapter.is_none())?;
+        let chosen =
+            context::choose_adapter(&adapters, options.adapter.as_deref(), hardware_only && options.adapter.is_none())?;
         let ctx = Context::open(&adapters[chosen], !options.no_subgroups)?;
         let tile = [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", TILE_K as f64)];
         let (norms, distance, select) = ctx.allocating(|| {
@@ -246,7 +248,14 @@ pub(crate) struct CorpusSession<'a> {
 
 impl CorpusSession<'_> {
     /// Uploads rows `first..first + rows` of `m` and records their preparation.
-    fn prepare(&self, encoder: &mut wgpu::CommandEncoder, m: MatrixRef<'_>, first: usize, rows: usize, label: &str) -> Result<PreparedRows> {
+    fn prepare(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        m: MatrixRef<'_>,
+        first: usize,
+        rows: usize,
+        label: &str,
+    ) -> Result<PreparedRows> {
         let gpu = self.gpu;
         let d = m.cols();
         let dim4 = d.div_ceil(4);
@@ -256,7 +265,8 @@ impl CorpusSession<'_> {
         let norms = gpu.buffer(label, (rows * 4) as u64, usage)?;
         let (gx, gy) = grid(rows);
         let mut params = ParamSlots::default();
-        let offset = params.push([rows as u32, d as u32, dim4 as u32, metric_modes(self.metric).0, gx, 0, 0, 0, 0, 0, 0, 0]);
+        let offset =
+            params.push([rows as u32, d as u32, dim4 as u32, metric_modes(self.metric).0, gx, 0, 0, 0, 0, 0, 0, 0]);
         let uniform = self.uniform(&params)?;
         let bind = bind_group(&gpu.ctx.device, &gpu.norms.layout, &uniform, &[&raw, &self.shift, &vectors, &norms]);
         let mut pass = encoder.begin_compute_pass(&Default::default());
@@ -278,9 +288,20 @@ impl CorpusSession<'_> {
     }
 
     /// The kc best fp32 candidates of every query, tile by tile.
-    pub fn candidates(&mut self, queries: MatrixRef<'_>, exclude: &[u32], kc: usize, report: &(dyn Fn(usize) + Sync)) -> Result<Candidates> {
+    pub fn candidates(
+        &mut self,
+        queries: MatrixRef<'_>,
+        exclude: &[u32],
+        kc: usize,
+        report: &(dyn Fn(usize) + Sync),
+    ) -> Result<Candidates> {
         let nq = queries.rows();
-        let mut out = Candidates { kc, keys: vec![f32::INFINITY; nq * kc], ids: vec![u32::MAX; nq * kc], failed: vec![false; nq] };
+        let mut out = Candidates {
+            kc,
+            keys: vec![f32::INFINITY; nq * kc],
+            ids: vec![u32::MAX; nq * kc],
+            failed: vec![false; nq],
+        };
         let tiles = plan::plan_tiles(nq, queries.cols(), kc, self.plan, self.corpus.rows(), self.gpu.budget())?;
         for q0 in (0..nq).step_by(tiles.query_rows) {
             let rows = tiles.query_rows.min(nq - q0);
@@ -291,7 +312,16 @@ impl CorpusSession<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn query_tile(&self, queries: MatrixRef<'_>, q0: usize, rows: usize, exclude: &[u32], kc: usize, tiles: TilePlan, out: &mut Candidates) -> Result<()> {
+    fn query_tile(
+        &self,
+        queries: MatrixRef<'_>,
+        q0: usize,
+        rows: usize,
+        exclude: &[u32],
+        kc: usize,
+        tiles: TilePlan,
+        out: &mut Candidates,
+    ) -> Result<()> {
         let gpu = self.gpu;
         let device = &gpu.ctx.device;
         let dim4 = queries.cols().div_ceil(4) as u32;
@@ -332,28 +362,63 @@ impl CorpusSession<'_> {
                 let gemm_groups = rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize);
                 let (gx, gy) = grid(gemm_groups);
                 let p = params.push([
-                    rows as u32, cols as u32, dim4, c0 as u32, col_base, tiles.column_tile as u32,
-                    metric_modes(self.metric).1, gx, 0, 0, 0, 0,
+                    rows as u32,
+                    cols as u32,
+                    dim4,
+                    c0 as u32,
+                    col_base,
+                    tiles.column_tile as u32,
+                    metric_modes(self.metric).1,
+                    gx,
+                    0,
+                    0,
+                    0,
+                    0,
                 ]);
                 dispatches.push((0, p, gx, gy));
                 let (sx, sy) = grid(rows);
                 let offset = if first_tile { 0 } else { kc as u32 };
                 let p = params.push([
-                    rows as u32, cols as u32, tiles.column_tile as u32, col_base, kc as u32,
-                    tiles.scratch_stride as u32, cand_stride as u32, offset, 1, sx, 0, 0,
+                    rows as u32,
+                    cols as u32,
+                    tiles.column_tile as u32,
+                    col_base,
+                    kc as u32,
+                    tiles.scratch_stride as u32,
+                    cand_stride as u32,
+                    offset,
+                    1,
+                    sx,
+                    0,
+                    0,
                 ]);
                 dispatches.push((1, p, sx, sy));
                 if !first_tile {
                     let p = params.push([
-                        rows as u32, cand_stride as u32, 0, 0, kc as u32, tiles.scratch_stride as u32,
-                        cand_stride as u32, 0, 0, sx, 0, 0,
+                        rows as u32,
+                        cand_stride as u32,
+                        0,
+                        0,
+                        kc as u32,
+                        tiles.scratch_stride as u32,
+                        cand_stride as u32,
+                        0,
+                        0,
+                        sx,
+                        0,
+                        0,
                     ]);
                     dispatches.push((1, p, sx, sy));
                 }
                 first_tile = false;
             }
             let uniform = self.uniform(&params)?;
-            let distance_bind = bind_group(device, &gpu.distance.layout, &uniform, &[&q.vectors, &chunk.vectors, &q.norms, &chunk.norms, &exclude_buf, &dist]);
+            let distance_bind = bind_group(
+                device,
+                &gpu.distance.layout,
+                &uniform,
+                &[&q.vectors, &chunk.vectors, &q.norms, &chunk.norms, &exclude_buf, &dist],
+            );
             let select_bind = select_bind(&uniform);
             {
                 let mut pass = encoder.begin_compute_pass(&Default::default());
@@ -386,7 +451,12 @@ impl CorpusSession<'_> {
     }
 }
 
-fn bind_group(device: &wgpu::Device, layout: &wgpu::BindGroupLayout, uniform: &wgpu::Buffer, storage: &[&wgpu::Buffer]) -> wgpu::BindGroup {
+fn bind_group(
+    device: &wgpu::Device,
+    layout: &wgpu::BindGroupLayout,
+    uniform: &wgpu::Buffer,
+    storage: &[&wgpu::Buffer],
+) -> wgpu::BindGroup {
     let mut entries = vec![wgpu::BindGroupEntry {
         binding: 0,
         resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {

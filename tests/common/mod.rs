@@ -42,7 +42,15 @@ fn key(metric: Metric, d: f64) -> f64 {
 /// most as far as the true k-th, every row strictly nearer than the true k-th is returned,
 /// indices are distinct and in range, self is excluded when asked, reported distances match
 /// the float64 ones to fp32 rounding, and rows are sorted by (distance, index).
-pub fn check(case: &str, corpus: &Matrix, queries: &Matrix, k: usize, metric: Metric, exclude_self: bool, got: &Neighbors) {
+pub fn check(
+    case: &str,
+    corpus: &Matrix,
+    queries: &Matrix,
+    k: usize,
+    metric: Metric,
+    exclude_self: bool,
+    got: &Neighbors,
+) {
     assert_eq!(got.queries, queries.rows(), "{case}: number of result rows");
     assert_eq!(got.k, k, "{case}: k");
     assert_eq!(got.indices.len(), queries.rows() * k, "{case}: indices length");
@@ -83,7 +91,10 @@ pub fn check(case: &str, corpus: &Matrix, queries: &Matrix, k: usize, metric: Me
                 let this = key(metric, dist as f64);
                 assert!(prev <= this, "{case}: query {qi}: distances not sorted at slot {slot}: {dists:?}");
                 if prev == this {
-                    assert!(ids[slot - 1] < ids[slot], "{case}: query {qi}: equal distances not ordered by index at slot {slot}");
+                    assert!(
+                        ids[slot - 1] < ids[slot],
+                        "{case}: query {qi}: equal distances not ordered by index at slot {slot}"
+                    );
                 }
             }
         }
@@ -137,7 +148,8 @@ fn lon_lat(rng: &mut StdRng, n: usize) -> Matrix {
 
 fn with_duplicates(rng: &mut StdRng, n: usize, d: usize) -> Matrix {
     let base = random(rng, n / 3 + 1, d, 0.0);
-    let rows: Vec<Vec<f32>> = (0..n).map(|i| base.as_slice()[(i % base.rows()) * d..(i % base.rows() + 1) * d].to_vec()).collect();
+    let rows: Vec<Vec<f32>> =
+        (0..n).map(|i| base.as_slice()[(i % base.rows()) * d..(i % base.rows() + 1) * d].to_vec()).collect();
     Matrix::from_rows(&rows).unwrap()
 }
 
@@ -161,7 +173,13 @@ pub fn cases() -> Vec<Case> {
         add(format!("{m}: duplicates"), with_duplicates(&mut rng, 90, 9), None, 4, metric);
         add(format!("{m}: lattice ties"), lattice(&mut rng, 150, 5, 3, 0.0), None, 10, metric);
         add(format!("{m}: offset 1000 lattice"), lattice(&mut rng, 120, 16, 4, 1000.0), None, 8, metric);
-        add(format!("{m}: search 300 x 70 k=20 offset"), random(&mut rng, 300, 70, 50.0), Some(random(&mut rng, 41, 70, 50.0)), 20, metric);
+        add(
+            format!("{m}: search 300 x 70 k=20 offset"),
+            random(&mut rng, 300, 70, 50.0),
+            Some(random(&mut rng, 41, 70, 50.0)),
+            20,
+            metric,
+        );
     }
     add("euclidean: image patches offset 1000".into(), offset_patches(&mut rng, 400), None, 10, Metric::Euclidean);
     add("sqeuclidean: lon/lat pairs".into(), lon_lat(&mut rng, 500), None, 12, Metric::SqEuclidean);
@@ -176,4 +194,3 @@ pub fn cases() -> Vec<Case> {
     }
     out
 }
-
