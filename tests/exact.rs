@@ -7,11 +7,15 @@
 
 mod common;
 
-use common::{cases, check};
+use common::{cases, check, larger_cases, Case};
 use knng::{Backend, Knn, Options};
 
 fn run_table(knn: &Knn) {
-    for case in cases() {
+    run_cases(knn, cases());
+}
+
+fn run_cases(knn: &Knn, cases: Vec<Case>) {
+    for case in cases {
         let label = format!("[{}] {}", knn.description(), case.name);
         match &case.queries {
             Some(queries) => {
@@ -90,4 +94,24 @@ fn gpu_subgroup_select_small_tiles_matches_float64_oracle() {
 #[test]
 fn gpu_workgroup_select_small_tiles_matches_float64_oracle() {
     run_table(&gpu(true, Some(TINY_BUDGET)).expect("the workgroup select runs on every adapter"));
+}
+
+/// Budget that cuts the larger cases into several chunks, query tiles and distance tiles.
+const SMALL_BUDGET: u64 = 2 << 20;
+
+#[test]
+fn cpu_backend_larger_cases() {
+    run_cases(&Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap(), larger_cases());
+}
+
+#[test]
+fn gpu_subgroup_select_larger_cases() {
+    if let Some(knn) = gpu(false, Some(SMALL_BUDGET)) {
+        run_cases(&knn, larger_cases());
+    }
+}
+
+#[test]
+fn gpu_workgroup_select_larger_cases() {
+    run_cases(&gpu(true, Some(SMALL_BUDGET)).expect("the workgroup select runs on every adapter"), larger_cases());
 }

@@ -25,7 +25,6 @@ pub fn oracle_distance(metric: Metric, x: &[f32], y: &[f32]) -> f64 {
             1.0 - dot(&xc, &yc) / (dot(&xc, &xc).sqrt() * dot(&yc, &yc).sqrt())
         }
         Metric::InnerProduct => dot(&x, &y),
-        _ => unreachable!("a metric without an oracle"),
     }
 }
 
@@ -193,4 +192,32 @@ pub fn cases() -> Vec<Case> {
         add(format!("seeded shape #{s}: n={n} d={d} k={k} {}", metric.name()), m, None, k, metric);
     }
     out
+}
+
+/// Fewer, larger cases: several distance tiles per row under a small budget, large k.
+pub fn larger_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(7);
+    vec![
+        Case {
+            name: "euclidean: graph n=3000 d=24 k=100".into(),
+            corpus: random(&mut rng, 3000, 24, 3.0),
+            queries: None,
+            k: 100,
+            metric: Metric::Euclidean,
+        },
+        Case {
+            name: "cosine: search 2000 x 300 queries d=19 k=1500".into(),
+            corpus: random(&mut rng, 2000, 19, 0.2),
+            queries: Some(random(&mut rng, 300, 19, 0.2)),
+            k: 1500,
+            metric: Metric::Cosine,
+        },
+        Case {
+            name: "inner_product: graph n=2500 d=33 k=1".into(),
+            corpus: random(&mut rng, 2500, 33, 0.0),
+            queries: None,
+            k: 1,
+            metric: Metric::InnerProduct,
+        },
+    ]
 }
