@@ -30,7 +30,7 @@ struct Params {
     out_offset: u32,     // where this selection goes within the output row
     dense: u32,          // 1: dense f32 input; 0: pairs at the start of the output row
     groups_x: u32,
-    _pad0: u32,
+    rows_per_group: u32, // rows per workgroup of select_rows_per_subgroup
     _pad1: u32,
 }
 

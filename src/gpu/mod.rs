@@ -33,8 +33,53 @@ const TILE_M: u32 = 64;
 const TILE_N: u32 = 64;
 const TILE_K: u32 = 16;
 
-/// The parameter block of each kernel is 32 or 48 bytes of u32s.
-type Params = [u32; 12];
+/// `Params` of norms.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct NormsParams {
+    rows: u32,
+    dim: u32,
+    dim4: u32,
+    mode: u32,
+    groups_x: u32,
+    in_offset: u32,
+    _pad: [u32; 2],
+}
+
+/// `Params` of distance.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct DistanceParams {
+    q_rows: u32,
+    c_rows: u32,
+    dim4: u32,
+    c_offset: u32,
+    col_base: u32,
+    out_stride: u32,
+    mode: u32,
+    groups_x: u32,
+}
+
+/// `Params` of select.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct SelectParams {
+    rows: u32,
+    len: u32,
+    in_stride: u32,
+    col_base: u32,
+    need: u32,
+    scratch_stride: u32,
+    out_stride: u32,
+    out_offset: u32,
+    dense: u32,
+    groups_x: u32,
+    rows_per_group: u32,
+    _pad: u32,
+}
+
+/// Bytes bound for each parameter block: the largest of them.
+const PARAMS_SIZE: u64 = std::mem::size_of::<SelectParams>() as u64;
 
 struct Kernel {
     pipeline: wgpu::ComputePipeline,
@@ -46,6 +91,8 @@ pub(crate) struct GpuEngine {
     norms: Kernel,
     distance: Kernel,
     select: Kernel,
+    /// `select_rows_per_subgroup`, for merging short candidate lists, where subgroups exist.
+    merge_per_subgroup: Option<wgpu::ComputePipeline>,
     max_binding: u64,
     /// Bytes the engine may allocate; halved after each out-of-memory error.
     budget: std::sync::atomic::AtomicU64,
@@ -83,24 +130,39 @@ fn kernel(ctx: &Context, name: &str, source: &str, entry: &str, slots: &[Slot], 
     let device = &ctx.device;
     let layout =
         device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(name), entries: &entries });
-    let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-        label: Some(name),
-        bind_group_layouts: &[Some(&layout)],
-        immediate_size: 0,
-    });
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+    let module = shader_module(ctx, name, source);
+    let pipeline = pipeline(ctx, name, &layout, &module, entry, constants);
+    Kernel { pipeline, layout }
+}
+
+fn shader_module(ctx: &Context, name: &str, source: &str) -> wgpu::ShaderModule {
+    ctx.device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(name),
         source: wgpu::ShaderSource::Wgsl(source.into()),
+    })
+}
+
+fn pipeline(
+    ctx: &Context,
+    name: &str,
+    layout: &wgpu::BindGroupLayout,
+    module: &wgpu::ShaderModule,
+    entry: &str,
+    constants: &[(&str, f64)],
+) -> wgpu::ComputePipeline {
+    let pipeline_layout = ctx.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(name),
+        bind_group_layouts: &[Some(layout)],
+        immediate_size: 0,
     });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+    ctx.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: Some(name),
         layout: Some(&pipeline_layout),
-        module: &module,
+        module,
         entry_point: Some(entry),
         compilation_options: wgpu::PipelineCompilationOptions { constants, zero_initialize_workgroup_memory: false },
         cache: None,
-    });
-    Kernel { pipeline, layout }
+    })
 }
 
 const RO: Slot = Slot::Storage { read_only: true };
@@ -113,17 +175,32 @@ impl GpuEngine {
             context::choose_adapter(&adapters, options.adapter.as_deref(), hardware_only && options.adapter.is_none())?;
         let ctx = Context::open(&adapters[chosen], !options.no_subgroups)?;
         let tile = [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", TILE_K as f64)];
-        let (norms, distance, select) = ctx.allocating(|| {
+        let select_slots = [RO, RW, RW, RW, RW];
+        let (norms, distance, select, merge_per_subgroup) = ctx.allocating(|| {
+            let select = kernel(&ctx, "select", &shaders::select(ctx.subgroups), "select_rows", &select_slots, &[]);
+            // Same module and layout, other entry point: pipelines share the bind groups.
+            let merge = ctx.subgroups.then(|| {
+                let module = shader_module(&ctx, "select", &shaders::select(true));
+                pipeline(&ctx, "merge per subgroup", &select.layout, &module, "select_rows_per_subgroup", &[])
+            });
             (
                 kernel(&ctx, "norms", shaders::NORMS, "prepare_rows", &[RO, RO, RW, RW], &[]),
                 kernel(&ctx, "distance", shaders::DISTANCE, "distance_tile", &[RO, RO, RO, RO, RO, RW], &tile),
-                kernel(&ctx, "select", &shaders::select(ctx.subgroups), "select_rows", &[RO, RW, RW, RW, RW], &[]),
+                select,
+                merge,
             )
         })?;
         ctx.wait()?;
         let max_binding = ctx.limits.max_storage_buffer_binding_size.min(ctx.limits.max_buffer_size);
         let budget = options.memory_budget.unwrap_or(DEFAULT_BUDGET).into();
-        Ok(GpuEngine { ctx, norms, distance, select, max_binding, budget })
+        Ok(GpuEngine { ctx, norms, distance, select, merge_per_subgroup, max_binding, budget })
+    }
+
+    /// Rows per workgroup of `select_rows_per_subgroup`, when it exists: sized for the
+    /// largest subgroup the adapter may use, so that every row gets a subgroup.
+    fn rows_per_subgroup_group(&self) -> Option<u32> {
+        self.merge_per_subgroup.as_ref()?;
+        Some((256 / self.ctx.info.subgroup_max_size.clamp(1, 256)).max(1))
     }
 
     pub fn description(&self) -> String {
@@ -198,6 +275,14 @@ impl GpuEngine {
     }
 }
 
+/// One dispatch of a query tile.
+#[derive(Clone, Copy)]
+enum Step {
+    Distance,
+    SelectRows,
+    MergePerSubgroup,
+}
+
 /// Prepared rows on the GPU: vec4-padded vectors and squared norms.
 struct PreparedRows {
     first: usize,
@@ -213,9 +298,9 @@ struct ParamSlots {
 }
 
 impl ParamSlots {
-    fn push(&mut self, p: Params) -> u32 {
+    fn push<T: bytemuck::Pod>(&mut self, p: T) -> u32 {
         let offset = self.bytes.len();
-        self.bytes.extend_from_slice(bytemuck::cast_slice(&p));
+        self.bytes.extend_from_slice(bytemuck::bytes_of(&p));
         self.bytes.resize(offset + PARAM_SLOT as usize, 0);
         offset as u32
     }
@@ -361,54 +446,52 @@ impl CorpusSession<'_> {
                 let col_base = (chunk.first + c0) as u32;
                 let gemm_groups = rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize);
                 let (gx, gy) = grid(gemm_groups);
-                let p = params.push([
-                    rows as u32,
-                    cols as u32,
+                let p = params.push(DistanceParams {
+                    q_rows: rows as u32,
+                    c_rows: cols as u32,
                     dim4,
-                    c0 as u32,
+                    c_offset: c0 as u32,
                     col_base,
-                    tiles.column_tile as u32,
-                    metric_modes(self.metric).1,
-                    gx,
-                    0,
-                    0,
-                    0,
-                    0,
-                ]);
-                dispatches.push((0, p, gx, gy));
+                    out_stride: tiles.column_tile as u32,
+                    mode: metric_modes(self.metric).1,
+                    groups_x: gx,
+                });
+                dispatches.push((Step::Distance, p, gx, gy));
                 let (sx, sy) = grid(rows);
-                let offset = if first_tile { 0 } else { kc as u32 };
-                let p = params.push([
-                    rows as u32,
-                    cols as u32,
-                    tiles.column_tile as u32,
+                let select = SelectParams {
+                    rows: rows as u32,
+                    need: kc as u32,
+                    scratch_stride: tiles.scratch_stride as u32,
+                    out_stride: cand_stride as u32,
+                    groups_x: sx,
+                    ..Default::default()
+                };
+                // The tile's kc best: straight into the running list for the first tile, else
+                // beside it.
+                let p = params.push(SelectParams {
+                    len: cols as u32,
+                    in_stride: tiles.column_tile as u32,
                     col_base,
-                    kc as u32,
-                    tiles.scratch_stride as u32,
-                    cand_stride as u32,
-                    offset,
-                    1,
-                    sx,
-                    0,
-                    0,
-                ]);
-                dispatches.push((1, p, sx, sy));
+                    out_offset: if first_tile { 0 } else { kc as u32 },
+                    dense: 1,
+                    ..select
+                });
+                dispatches.push((Step::SelectRows, p, sx, sy));
                 if !first_tile {
-                    let p = params.push([
-                        rows as u32,
-                        cand_stride as u32,
-                        0,
-                        0,
-                        kc as u32,
-                        tiles.scratch_stride as u32,
-                        cand_stride as u32,
-                        0,
-                        0,
-                        sx,
-                        0,
-                        0,
-                    ]);
-                    dispatches.push((1, p, sx, sy));
+                    // Merge: the kc best of the running list and the tile's list.
+                    if let Some(per_group) = gpu.rows_per_subgroup_group() {
+                        let (mx, my) = grid(rows.div_ceil(per_group as usize));
+                        let p = params.push(SelectParams {
+                            len: cand_stride as u32,
+                            groups_x: mx,
+                            rows_per_group: per_group,
+                            ..select
+                        });
+                        dispatches.push((Step::MergePerSubgroup, p, mx, my));
+                    } else {
+                        let p = params.push(SelectParams { len: cand_stride as u32, ..select });
+                        dispatches.push((Step::SelectRows, p, sx, sy));
+                    }
                 }
                 first_tile = false;
             }
@@ -422,14 +505,16 @@ impl CorpusSession<'_> {
             let select_bind = select_bind(&uniform);
             {
                 let mut pass = encoder.begin_compute_pass(&Default::default());
-                for (kind, offset, gx, gy) in dispatches {
-                    if kind == 0 {
-                        pass.set_pipeline(&gpu.distance.pipeline);
-                        pass.set_bind_group(0, &distance_bind, &[offset]);
-                    } else {
-                        pass.set_pipeline(&gpu.select.pipeline);
-                        pass.set_bind_group(0, &select_bind, &[offset]);
-                    }
+                for (step, offset, gx, gy) in dispatches {
+                    let (pipeline, bind) = match step {
+                        Step::Distance => (&gpu.distance.pipeline, &distance_bind),
+                        Step::SelectRows => (&gpu.select.pipeline, &select_bind),
+                        Step::MergePerSubgroup => {
+                            (gpu.merge_per_subgroup.as_ref().expect("only planned with subgroups"), &select_bind)
+                        }
+                    };
+                    pass.set_pipeline(pipeline);
+                    pass.set_bind_group(0, bind, &[offset]);
                     pass.dispatch_workgroups(gx, gy, 1);
                 }
             }
@@ -462,7 +547,7 @@ fn bind_group(
         resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
             buffer: uniform,
             offset: 0,
-            size: std::num::NonZeroU64::new(std::mem::size_of::<Params>() as u64),
+            size: std::num::NonZeroU64::new(PARAMS_SIZE),
         }),
     }];
     for (i, b) in storage.iter().enumerate() {

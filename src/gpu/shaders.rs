@@ -8,13 +8,19 @@ pub const DISTANCE: &str = include_str!("../../shaders/distance.wgsl");
 const SELECT: &str = include_str!("../../shaders/select.wgsl");
 /// Partition ranks from subgroup ballots (`shaders/rank_subgroup.wgsl`).
 const RANK_SUBGROUP: &str = include_str!("../../shaders/rank_subgroup.wgsl");
+/// One subgroup per row, for short rows (`shaders/select_per_subgroup.wgsl`).
+const SELECT_PER_SUBGROUP: &str = include_str!("../../shaders/select_per_subgroup.wgsl");
 /// Partition ranks from a workgroup prefix sum (`shaders/rank_workgroup.wgsl`).
 const RANK_WORKGROUP: &str = include_str!("../../shaders/rank_workgroup.wgsl");
 
-/// The select shader with the rank primitive the adapter supports.
+/// The select shader with the rank primitive the adapter supports. With subgroups it also
+/// has the one-subgroup-per-row entry point `select_rows_per_subgroup`.
 pub fn select(subgroups: bool) -> String {
-    let rank = if subgroups { RANK_SUBGROUP } else { RANK_WORKGROUP };
-    format!("{SELECT}\n{rank}")
+    if subgroups {
+        format!("{SELECT}\n{RANK_SUBGROUP}\n{SELECT_PER_SUBGROUP}")
+    } else {
+        format!("{SELECT}\n{RANK_WORKGROUP}")
+    }
 }
 
 /// Every complete shader module knng builds: (name, source, needs subgroup operations).
