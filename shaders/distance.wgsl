@@ -1,10 +1,16 @@
 // Distance tile D[i, j] between prepared query rows and prepared corpus rows, as norms plus
 // a matrix product: a register-blocked GEMM of Q (BM x dim) by C^T (dim x BN) per workgroup.
 //
-// Each workgroup stages BK-deep slices of both operands in workgroup memory, transposed so
-// that the inner loop reads TM query values and TN corpus values per k step and does TM x TN
-// fused multiply-adds from registers. Tile shapes are override constants so the host can
-// pick them per adapter; TM and TN are fixed because register arrays need constant sizes.
+// Each invocation owns an 8 x 8 block of outputs, split as two 4-row groups BM/2 apart and
+// two 4-column groups BN/2 apart, so that neighbouring invocations read neighbouring vec4s of
+// workgroup memory. Operands are staged BK deep, transposed, as vec4s of four rows (or
+// columns) at one depth: each invocation loads 4 x 4 blocks (four rows, four depths) with
+// vec4 reads from storage, transposes them in registers, and prefetches the next slice's
+// blocks while the current slice is multiplied. Per depth an invocation reads 4 vec4s of
+// workgroup memory and does 64 fused multiply-adds.
+//
+// Tile shapes are override constants (BM and BN multiples of 8, BK a multiple of 4); the
+// 8 x 8 block per invocation is fixed because register arrays need constant sizes.
 //
 // The epilogue turns dot products into ascending ranking keys:
 //   mode 0 (euclidean family): |q|^2 + |c|^2 - 2 q.c
@@ -23,12 +29,15 @@ struct Params {
     groups_x: u32,
 }
 
-override BM: u32 = 64u;
-override BN: u32 = 64u;
-override BK: u32 = 16u;   // multiple of 4
-const TM: u32 = 4u;
-const TN: u32 = 4u;
-override WG: u32 = (BM / TM) * (BN / TN);
+override BM: u32 = 128u;
+override BN: u32 = 128u;
+override BK: u32 = 16u;
+override WG: u32 = (BM / 8u) * (BN / 8u);
+// 4 x 4 blocks per slice: BM / 4 x BK / 4 of queries, then BN / 4 x BK / 4 of corpus.
+override Q_BLOCKS: u32 = (BM / 4u) * (BK / 4u);
+override BLOCKS: u32 = Q_BLOCKS + (BN / 4u) * (BK / 4u);
+// Blocks each invocation loads per slice (at most 2 with the default shapes).
+const MAX_LOADS: u32 = 2u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> queries: array<vec4<f32>>;
@@ -38,8 +47,55 @@ override WG: u32 = (BM / TM) * (BN / TN);
 @group(0) @binding(5) var<storage, read> exclude: array<u32>;
 @group(0) @binding(6) var<storage, read_write> dist: array<f32>;
 
-var<workgroup> q_tile: array<f32, BK * BM>;
-var<workgroup> c_tile: array<f32, BK * BN>;
+// q_tile[k * BM / 4 + m / 4] holds query rows m..m+3 at depth k of the current slice.
+var<workgroup> q_tile: array<vec4<f32>, BK * BM / 4u>;
+var<workgroup> c_tile: array<vec4<f32>, BK * BN / 4u>;
+
+struct Block {
+    r: array<vec4<f32>, 4>, // four rows (or corpus rows), four depths each
+}
+
+// Loads 4 x 4 block `b` of the slice starting at vec4 depth k4.
+fn load_block(b: u32, k4: u32, row0: u32, col0: u32) -> Block {
+    var out: Block;
+    let is_query = b < Q_BLOCKS;
+    let local = select(b - Q_BLOCKS, b, is_query);
+    let rows_per_slice = select(BN, BM, is_query) / 4u;
+    let m = (local % rows_per_slice) * 4u;
+    let kk = local / rows_per_slice;
+    for (var i = 0u; i < 4u; i++) {
+        var v = vec4<f32>(0.0);
+        if (k4 + kk < params.dim4) {
+            if (is_query) {
+                if (row0 + m + i < params.q_rows) {
+                    v = queries[(row0 + m + i) * params.dim4 + k4 + kk];
+                }
+            } else if (col0 + m + i < params.c_rows) {
+                v = corpus[(params.c_offset + col0 + m + i) * params.dim4 + k4 + kk];
+            }
+        }
+        out.r[i] = v;
+    }
+    return out;
+}
+
+// Writes block `b` transposed: one vec4 of four rows per depth.
+fn store_block(b: u32, blk: Block) {
+    let is_query = b < Q_BLOCKS;
+    let local = select(b - Q_BLOCKS, b, is_query);
+    let rows_per_slice = select(BN, BM, is_query) / 4u;
+    let m4 = local % rows_per_slice;
+    let kk = local / rows_per_slice;
+    for (var j = 0u; j < 4u; j++) {
+        let v = vec4<f32>(blk.r[0][j], blk.r[1][j], blk.r[2][j], blk.r[3][j]);
+        let k = kk * 4u + j;
+        if (is_query) {
+            q_tile[k * (BM / 4u) + m4] = v;
+        } else {
+            c_tile[k * (BN / 4u) + m4] = v;
+        }
+    }
+}
 
 @compute @workgroup_size(WG)
 fn distance_tile(
@@ -53,83 +109,82 @@ fn distance_tile(
     if (row0 >= params.q_rows) {
         return;
     }
-    let tx = lid % (BN / TN);
-    let ty = lid / (BN / TN);
+    let tx = lid % (BN / 8u);
+    let ty = lid / (BN / 8u);
     let bk4 = BK / 4u;
 
-    var acc: array<f32, 16>;
-    for (var i = 0u; i < TM * TN; i++) {
-        acc[i] = 0.0;
+    var acc: array<vec4<f32>, 16>;
+    for (var i = 0u; i < 16u; i++) {
+        acc[i] = vec4<f32>(0.0);
     }
 
-    for (var k4 = 0u; k4 < params.dim4; k4 += bk4) {
-        for (var e = lid; e < BM * bk4; e += WG) {
-            let m = e / bk4;
-            let kk = e % bk4;
-            var v = vec4<f32>(0.0);
-            if (row0 + m < params.q_rows && k4 + kk < params.dim4) {
-                v = queries[(row0 + m) * params.dim4 + k4 + kk];
-            }
-            q_tile[(kk * 4u) * BM + m] = v.x;
-            q_tile[(kk * 4u + 1u) * BM + m] = v.y;
-            q_tile[(kk * 4u + 2u) * BM + m] = v.z;
-            q_tile[(kk * 4u + 3u) * BM + m] = v.w;
+    var next: array<Block, MAX_LOADS>;
+    for (var l = 0u; l < MAX_LOADS; l++) {
+        let b = lid + l * WG;
+        if (b < BLOCKS) {
+            next[l] = load_block(b, 0u, row0, col0);
         }
-        for (var e = lid; e < BN * bk4; e += WG) {
-            let n = e / bk4;
-            let kk = e % bk4;
-            var v = vec4<f32>(0.0);
-            if (col0 + n < params.c_rows && k4 + kk < params.dim4) {
-                v = corpus[(params.c_offset + col0 + n) * params.dim4 + k4 + kk];
+    }
+    for (var k4 = 0u; k4 < params.dim4; k4 += bk4) {
+        for (var l = 0u; l < MAX_LOADS; l++) {
+            let b = lid + l * WG;
+            if (b < BLOCKS) {
+                store_block(b, next[l]);
             }
-            c_tile[(kk * 4u) * BN + n] = v.x;
-            c_tile[(kk * 4u + 1u) * BN + n] = v.y;
-            c_tile[(kk * 4u + 2u) * BN + n] = v.z;
-            c_tile[(kk * 4u + 3u) * BN + n] = v.w;
         }
         workgroupBarrier();
-        for (var kk = 0u; kk < BK; kk++) {
-            var a: array<f32, 4>;
-            var b: array<f32, 4>;
-            for (var i = 0u; i < TM; i++) {
-                a[i] = q_tile[kk * BM + ty * TM + i];
-            }
-            for (var j = 0u; j < TN; j++) {
-                b[j] = c_tile[kk * BN + tx * TN + j];
-            }
-            for (var i = 0u; i < TM; i++) {
-                for (var j = 0u; j < TN; j++) {
-                    acc[i * TN + j] = fma(a[i], b[j], acc[i * TN + j]);
+        // Prefetch the next slice while this one is multiplied.
+        if (k4 + bk4 < params.dim4) {
+            for (var l = 0u; l < MAX_LOADS; l++) {
+                let b = lid + l * WG;
+                if (b < BLOCKS) {
+                    next[l] = load_block(b, k4 + bk4, row0, col0);
                 }
+            }
+        }
+        for (var k = 0u; k < BK; k++) {
+            let a0 = q_tile[k * (BM / 4u) + ty];
+            let a1 = q_tile[k * (BM / 4u) + ty + BM / 8u];
+            let b0 = c_tile[k * (BN / 4u) + tx];
+            let b1 = c_tile[k * (BN / 4u) + tx + BN / 8u];
+            for (var i = 0u; i < 4u; i++) {
+                acc[i * 2u] = fma(vec4<f32>(a0[i]), b0, acc[i * 2u]);
+                acc[i * 2u + 1u] = fma(vec4<f32>(a0[i]), b1, acc[i * 2u + 1u]);
+                acc[8u + i * 2u] = fma(vec4<f32>(a1[i]), b0, acc[8u + i * 2u]);
+                acc[8u + i * 2u + 1u] = fma(vec4<f32>(a1[i]), b1, acc[8u + i * 2u + 1u]);
             }
         }
         workgroupBarrier();
     }
 
     let inf = bitcast<f32>(0x7f800000u);
-    for (var i = 0u; i < TM; i++) {
-        let r = row0 + ty * TM + i;
+    for (var i = 0u; i < 8u; i++) {
+        let r = row0 + ty * 4u + (i % 4u) + (i / 4u) * (BM / 2u);
         if (r >= params.q_rows) {
             continue;
         }
-        for (var j = 0u; j < TN; j++) {
-            let c = col0 + tx * TN + j;
-            if (c >= params.c_rows) {
-                continue;
+        let qn = q_norms[r];
+        let own = exclude[r];
+        for (var half = 0u; half < 2u; half++) {
+            let dots = acc[i * 2u + half];
+            for (var j = 0u; j < 4u; j++) {
+                let c = col0 + tx * 4u + j + half * (BN / 2u);
+                if (c >= params.c_rows) {
+                    continue;
+                }
+                var key: f32;
+                if (params.mode == 0u) {
+                    key = qn + c_norms[params.c_offset + c] - 2.0 * dots[j];
+                } else if (params.mode == 1u) {
+                    key = 1.0 - dots[j];
+                } else {
+                    key = -dots[j];
+                }
+                if (own == params.col_base + c) {
+                    key = inf;
+                }
+                dist[r * params.out_stride + c] = key;
             }
-            let dot = acc[i * TN + j];
-            var key: f32;
-            if (params.mode == 0u) {
-                key = q_norms[r] + c_norms[params.c_offset + c] - 2.0 * dot;
-            } else if (params.mode == 1u) {
-                key = 1.0 - dot;
-            } else {
-                key = -dot;
-            }
-            if (exclude[r] == params.col_base + c) {
-                key = inf;
-            }
-            dist[r * params.out_stride + c] = key;
         }
     }
 }

@@ -29,9 +29,12 @@ const MIN_RETRY_BUDGET: u64 = 8 << 20;
 /// Uniform slots are this far apart (the largest `min_uniform_buffer_offset_alignment`).
 const PARAM_SLOT: u64 = 256;
 /// Distance tile shape (override constants of distance.wgsl).
-const TILE_M: u32 = 64;
-const TILE_N: u32 = 64;
+const TILE_M: u32 = 128;
+const TILE_N: u32 = 128;
 const TILE_K: u32 = 16;
+// distance.wgsl loads at most two 4 x 4 operand blocks per invocation and slice.
+const _: () = assert!((TILE_M / 4 + TILE_N / 4) * (TILE_K / 4) <= 2 * (TILE_M / 8) * (TILE_N / 8));
+const _: () = assert!(TILE_M % 8 == 0 && TILE_N % 8 == 0 && TILE_K % 4 == 0);
 
 /// `Params` of norms.wgsl.
 #[repr(C)]
