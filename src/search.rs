@@ -79,7 +79,7 @@ enum Engine {
 }
 
 /// How the last search or graph went: how often the fp32 candidates had to be widened.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RunStats {
     /// Candidate rounds run (1 when every row was proven exact at once).
     pub rounds: usize,
@@ -87,6 +87,13 @@ pub struct RunStats {
     pub rows_widened: usize,
     /// Query rows the backend could not finish and that were answered by float64 brute force.
     pub rows_brute_forced: usize,
+    /// Seconds spent on float64 row statistics and on preparing the corpus on the backend.
+    pub prepare_seconds: f64,
+    /// Seconds spent finding fp32 candidates (GPU or CPU GEMM and selection, with uploads
+    /// and read-back).
+    pub candidate_seconds: f64,
+    /// Seconds spent re-ranking candidates in float64 and checking the certificates.
+    pub refine_seconds: f64,
 }
 
 /// An exact k-nearest-neighbour engine bound to one backend. Create it once and reuse it:
@@ -171,6 +178,7 @@ impl Knn {
         if corpus.rows() > NONE as usize {
             return Err(Error::arg("data", format!("{} rows exceed the limit of {} rows", corpus.rows(), NONE)));
         }
+        let started = std::time::Instant::now();
         let d = corpus.cols();
         let shift = prepare::shift(corpus, metric);
         let corpus_stats = prepare::row_stats(corpus, &shift, metric);
@@ -186,7 +194,7 @@ impl Knn {
             Engine::Cpu(c) => Session::Cpu(c.open(corpus, &shift, metric)),
             Engine::Gpu(g) => Session::Gpu(retry_smaller(g, || g.open(corpus, &shift, metric))?),
         };
-        let mut stats = RunStats::default();
+        let mut stats = RunStats { prepare_seconds: started.elapsed().as_secs_f64(), ..RunStats::default() };
         while !pending.is_empty() {
             stats.rounds += 1;
             if stats.rounds == 2 {
@@ -210,6 +218,7 @@ impl Knn {
                     p(done_before + done as u64, total)
                 }
             };
+            let clock = std::time::Instant::now();
             let cands: Candidates = match &mut session {
                 Session::Cpu(s) => s.candidates(q_view, ex_view, kc, &report),
                 Session::Gpu(s) => {
@@ -217,6 +226,8 @@ impl Knn {
                     retry_smaller(g, || s.candidates(q_view, ex_view, kc, &report))?
                 }
             };
+            stats.candidate_seconds += clock.elapsed().as_secs_f64();
+            let clock = std::time::Instant::now();
             let brute_forced = std::sync::atomic::AtomicUsize::new(0);
             let results: Vec<(usize, Option<Ranked>)> = pending
                 .par_iter()
@@ -233,6 +244,7 @@ impl Knn {
                 })
                 .collect();
             stats.rows_brute_forced += brute_forced.into_inner();
+            stats.refine_seconds += clock.elapsed().as_secs_f64();
             pending.clear();
             for (i, r) in results {
                 match r {
