@@ -42,6 +42,7 @@ mod cpu;
 mod data;
 mod error;
 mod gpu;
+pub mod io;
 mod metric;
 mod plan;
 mod prepare;

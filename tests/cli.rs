@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use knng::io::write_matrix_npy;
 use knng::Matrix;
 use npyz::npz::NpzArchive;
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -35,7 +34,15 @@ fn fails(args: &[&str], code: i32, needles: &[&str]) -> String {
     let out = knng(args);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(code), "knng {args:?}: stderr {err}");
-    assert!(err.starts_with("error:"), "knng {args:?}: stderr {err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "knng {args:?}: stderr {err}");
+    if code == 1 {
+        // Status lines may come first; the failure is the last line.
+        assert_eq!(err.lines().last(), Some(errors[0]), "knng {args:?}: stderr {err}");
+    } else {
+        // clap's usage errors: the message, then usage help.
+        assert!(err.starts_with("error:"), "knng {args:?}: stderr {err}");
+    }
     assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "{err}");
     for needle in needles {
         assert!(err.contains(needle), "knng {args:?}: {needle:?} not in {err}");
@@ -102,8 +109,10 @@ fn every_format(dir: &Path, m: &Matrix) -> Vec<PathBuf> {
     write_bin(&p("data.i8bin"), m, |v| vec![v as i8 as u8]);
     write_text(&p("data.csv"), m, ",", true);
     write_text(&p("data.tsv"), m, "\t", false);
-    let mut paths: Vec<PathBuf> =
-        ["npy", "fvecs", "bvecs", "ivecs", "fbin", "u8bin", "i8bin", "csv", "tsv"].iter().map(|e| p(&format!("data.{e}"))).collect();
+    let mut paths: Vec<PathBuf> = ["npy", "fvecs", "bvecs", "ivecs", "fbin", "u8bin", "i8bin", "csv", "tsv"]
+        .iter()
+        .map(|e| p(&format!("data.{e}")))
+        .collect();
     // A float64 Fortran-ordered array, as numpy writes `np.asfortranarray(x)`.
     let mut npy = npy_header("<f8", true, &format!("({}, {})", m.rows(), m.cols()));
     for j in 0..m.cols() {
@@ -121,6 +130,12 @@ fn every_format(dir: &Path, m: &Matrix) -> Vec<PathBuf> {
         paths.push(p("data.hdf5"));
     }
     paths
+}
+
+fn write_matrix_npy(path: &Path, m: &Matrix) -> std::io::Result<()> {
+    let mut bytes = npy_header("<f4", false, &format!("({}, {})", m.rows(), m.cols()));
+    bytes.extend(m.as_slice().iter().flat_map(|v| v.to_le_bytes()));
+    std::fs::write(path, bytes)
 }
 
 fn npy_header(descr: &str, fortran: bool, shape: &str) -> Vec<u8> {
@@ -383,13 +398,20 @@ fn bad_inputs_fail_cleanly_without_output() {
     run(graph(&p("nan.csv"), "1"), 1, &["nan.csv", "NaN", "row 2", "column 1"]);
     run(graph(&p("inf.tsv"), "1"), 1, &["inf.tsv", "inf", "row 2", "column 0"]);
     run(graph(&p("data.parquet"), "3"), 1, &["data.parquet", ".npy", ".fvecs", ".csv"]);
-    run(graph(g, "0"), 2, &["-k"]);
+    run(graph(g, "0"), 2, &["-k", "at least 1"]);
     run(graph(g, "-3"), 2, &["-k"]);
     run(graph(g, &ROWS.to_string()), 1, &["-k", "too large", "good.npy", &format!("{ROWS} rows")]);
-    run(graph(g, "3").into_iter().chain(["--metric".into(), "manhattan".into()]).collect(), 2, &["manhattan", "--metric"]);
+    run(
+        graph(g, "3").into_iter().chain(["--metric".into(), "manhattan".into()]).collect(),
+        2,
+        &["manhattan", "--metric"],
+    );
     run(graph(g, "3").into_iter().chain(["--backend".into(), "tpu".into()]).collect(), 2, &["tpu", "--backend"]);
     let search = |corpus: &str, queries: &str, k: &str| -> Vec<String> {
-        ["search", corpus, "--queries", queries, "-k", k, "-o", o, "--backend", "cpu"].iter().map(|x| x.to_string()).collect()
+        ["search", corpus, "--queries", queries, "-k", k, "-o", o, "--backend", "cpu"]
+            .iter()
+            .map(|x| x.to_string())
+            .collect()
     };
     run(search(g, &p("other.npy"), "3"), 1, &["dimension mismatch", "good.npy", "other.npy", "12", "3"]);
     run(search(&p("other.npy"), &p("other.npy"), "6"), 1, &["-k", "other.npy", "5 rows"]);
@@ -404,6 +426,15 @@ fn bad_inputs_fail_cleanly_without_output() {
     run(unwritable(&format!("{g}/out.npz")), 1, &["good.npy", "not a directory"]);
     run(unwritable(&p("out.parquet")), 1, &["out.parquet", ".npz", ".mtx"]);
     run(unwritable(s(d)), 1, &["output"]);
+
+    // An output that is also an input is refused, and the input survives.
+    std::fs::write(d.join("self.csv"), "1,2\n3,4\n5,6\n").unwrap();
+    let before = listing(d);
+    let self_csv = p("self.csv");
+    let args = vec!["graph", &self_csv, "-k", "1", "-o", &self_csv, "--backend", "cpu"];
+    fails(&args, 1, &["self.csv", "overwrite an input"]);
+    assert_eq!(listing(d), before);
+    assert_eq!(std::fs::read_to_string(d.join("self.csv")).unwrap(), "1,2\n3,4\n5,6\n");
 }
 
 #[test]
@@ -440,7 +471,21 @@ fn demo_and_bench_run_small() {
     for key in ["\"what\":\"graph\"", "\"n\":300", "\"d\":16", "\"k\":4", "\"seconds\":", "\"backend\":\"cpu"] {
         assert!(line.contains(key), "{key} not in {line}");
     }
-    let out = knng(&["bench", "--n", "300", "--d", "16", "-k", "4", "--what", "search", "--queries", "50", "--backend", "cpu"]);
+    let out = knng(&[
+        "bench",
+        "--n",
+        "300",
+        "--d",
+        "16",
+        "-k",
+        "4",
+        "--what",
+        "search",
+        "--queries",
+        "50",
+        "--backend",
+        "cpu",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("search n=300 queries=50"), "{}", text(&out.stdout));
 }

@@ -1,0 +1,187 @@
+//! `graph`, `search` and `info`.
+
+use std::path::Path;
+use std::time::Instant;
+
+use knng::io::{self, MatrixFile};
+use knng::{Error, Knn, Matrix, Options};
+
+use crate::progress::Bar;
+use crate::{say, EngineArgs, Failure, GraphArgs, Outcome, SearchArgs};
+
+impl EngineArgs {
+    /// Sizes the thread pool and opens the backend, reporting progress through `bar`.
+    pub fn open(&self, include_self: bool, bar: &Bar) -> Outcome<Knn> {
+        if let Some(threads) = self.threads {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads as usize)
+                .build_global()
+                .map_err(|e| Failure(format!("--threads {threads}: {e}")))?;
+        }
+        let options = Options {
+            backend: self.backend,
+            adapter: self.adapter.clone(),
+            no_subgroups: self.no_subgroups,
+            include_self,
+            progress: bar.callback(),
+            ..Options::default()
+        };
+        Ok(Knn::new(options)?)
+    }
+
+    pub fn status(&self, line: impl std::fmt::Display) {
+        if !self.quiet {
+            eprintln!("{line}");
+        }
+    }
+}
+
+pub fn seconds(t: f64) -> String {
+    if t < 1.0 {
+        format!("{:.0} ms", t * 1e3)
+    } else {
+        format!("{t:.2} s")
+    }
+}
+
+/// Names the input file in errors about values, which the library can only place by row.
+fn in_file(e: Error, files: &[(&str, &str)]) -> Failure {
+    let what = match &e {
+        Error::NonFinite { what, .. } | Error::TooLarge { what, .. } | Error::DegenerateRow { what, .. } => Some(*what),
+        Error::Empty { what, .. } => Some(*what),
+        _ => None,
+    };
+    match what.and_then(|w| files.iter().find(|(name, _)| *name == w)) {
+        Some((_, file)) => Failure(format!("{file}: {e}")),
+        None => Failure(e.to_string()),
+    }
+}
+
+/// Refuses to replace an input with the output: the input is read before the output is
+/// written, so this would otherwise silently destroy the data.
+fn not_an_input(out: &Path, inputs: &[&MatrixFile]) -> Outcome {
+    let Ok(out_real) = out.canonicalize() else { return Ok(()) };
+    for input in inputs {
+        if input.path().canonicalize().is_ok_and(|p| p == out_real) {
+            return Err(Failure(format!("{}: the output would overwrite an input file", out.display())));
+        }
+    }
+    Ok(())
+}
+
+fn read(file: &MatrixFile, spec: &str, engine: &EngineArgs) -> Outcome<Matrix> {
+    let start = Instant::now();
+    let m = file.read_rows(0..file.rows())?;
+    engine.status(format!(
+        "read {spec}: {} rows x {} columns in {}",
+        m.rows(),
+        m.cols(),
+        seconds(start.elapsed().as_secs_f64())
+    ));
+    Ok(m)
+}
+
+fn finish(engine: &EngineArgs, knn: &Knn, summary: String, rows: usize, elapsed: f64, out: &Path) {
+    let stats = knn.last_run();
+    let widened = if stats.rows_widened > 0 {
+        format!(", {} rows needed more candidates", stats.rows_widened)
+    } else {
+        String::new()
+    };
+    engine.status(format!(
+        "{summary} in {} ({:.0} rows/s{widened}); wrote {}",
+        seconds(elapsed),
+        rows as f64 / elapsed.max(1e-9),
+        out.display()
+    ));
+}
+
+pub fn graph(a: GraphArgs) -> Outcome {
+    let out = &a.problem.output;
+    io::check_output_path(out)?;
+    let k = a.problem.k as usize;
+    let metric = a.problem.metric;
+    let file = MatrixFile::open(&a.input)?;
+    not_an_input(out, &[&file])?;
+    let n = file.rows();
+    let max = if a.include_self { n } else { n - 1 };
+    if k > max {
+        let rule =
+            if a.include_self { "k <= n with --include-self" } else { "k <= n - 1: a point is not its own neighbour" };
+        return Err(Failure(format!(
+            "-k {k} is too large: {} has {n} rows, so at most {max} neighbours per row ({rule})",
+            a.input
+        )));
+    }
+    let data = read(&file, &a.input, &a.engine)?;
+    drop(file);
+    let bar = Bar::new(a.engine.quiet, "graph");
+    let knn = a.engine.open(a.include_self, &bar)?;
+    a.engine.status(format!("backend {}", knn.description()));
+    let start = Instant::now();
+    let nb = knn.graph(data.view(), k, metric).map_err(|e| in_file(e, &[("data", &a.input)]))?;
+    let elapsed = start.elapsed().as_secs_f64();
+    drop(bar);
+    io::write_neighbors(out, &nb, n)?;
+    finish(&a.engine, &knn, format!("graph: {n} rows, k = {k}, {metric}"), n, elapsed, out);
+    Ok(())
+}
+
+pub fn search(a: SearchArgs) -> Outcome {
+    let out = &a.problem.output;
+    io::check_output_path(out)?;
+    let k = a.problem.k as usize;
+    let metric = a.problem.metric;
+    let corpus_file = MatrixFile::open(&a.corpus)?;
+    let query_file = MatrixFile::open(&a.queries)?;
+    not_an_input(out, &[&corpus_file, &query_file])?;
+    if corpus_file.cols() != query_file.cols() {
+        return Err(Failure(format!(
+            "dimension mismatch: corpus {} has {} columns but queries {} have {}",
+            a.corpus,
+            corpus_file.cols(),
+            a.queries,
+            query_file.cols()
+        )));
+    }
+    let n = corpus_file.rows();
+    if k > n {
+        return Err(Failure(format!("-k {k} is too large: corpus {} has only {n} rows", a.corpus)));
+    }
+    let corpus = read(&corpus_file, &a.corpus, &a.engine)?;
+    drop(corpus_file);
+    let queries = read(&query_file, &a.queries, &a.engine)?;
+    drop(query_file);
+    let bar = Bar::new(a.engine.quiet, "search");
+    let knn = a.engine.open(false, &bar)?;
+    a.engine.status(format!("backend {}", knn.description()));
+    let start = Instant::now();
+    let nb = knn
+        .search(corpus.view(), queries.view(), k, metric)
+        .map_err(|e| in_file(e, &[("corpus", &a.corpus), ("queries", &a.queries)]))?;
+    let elapsed = start.elapsed().as_secs_f64();
+    drop(bar);
+    io::write_neighbors(out, &nb, n)?;
+    let nq = queries.rows();
+    finish(&a.engine, &knn, format!("search: {nq} queries in {n} rows, k = {k}, {metric}"), nq, elapsed, out);
+    Ok(())
+}
+
+pub fn info() -> Outcome {
+    say(format!("knng {}", env!("CARGO_PKG_VERSION")));
+    let adapters = knng::adapters();
+    if adapters.is_empty() {
+        say("GPU adapters: none found by wgpu");
+    } else {
+        say(format!("GPU adapters ({}):", adapters.len()));
+        for a in &adapters {
+            say(a);
+        }
+    }
+    let cpu = format!("the CPU backend ({} threads)", rayon::current_num_threads());
+    match adapters.iter().find(|a| a.auto_choice) {
+        Some(a) => say(format!("--backend auto uses adapter [{}] {}; --backend cpu uses {cpu}", a.index, a.info.name)),
+        None => say(format!("--backend auto uses {cpu}: no hardware GPU adapter")),
+    }
+    Ok(())
+}

@@ -1,0 +1,160 @@
+//! `demo` and `bench`: seeded synthetic data, timed.
+
+use std::time::Instant;
+
+use knng::io;
+
+use crate::commands::seconds;
+use crate::progress::Bar;
+use crate::synth::{self, Rng};
+use crate::{say, BenchArgs, DemoArgs, Failure, Outcome, What};
+
+pub fn demo(a: DemoArgs) -> Outcome {
+    if let Some(out) = &a.output {
+        io::check_output_path(out)?;
+    }
+    let bar = Bar::new(a.engine.quiet, "graph");
+    let start = Instant::now();
+    let knn = a.engine.open(false, &bar)?;
+    let init = start.elapsed().as_secs_f64();
+    say(format!("backend: {} (ready in {})", knn.description(), seconds(init)));
+
+    let n = a.n.unwrap_or(if knn.is_gpu() { 100_000 } else { 20_000 }) as usize;
+    let (d, k, metric) = (a.d as usize, a.k as usize, a.metric);
+    if k >= n {
+        return Err(Failure(format!("-k {k} is too large for --n {n}: at most n - 1 = {} neighbours", n - 1)));
+    }
+    let start = Instant::now();
+    let syn = synth::clustered(n, d, a.seed);
+    say(format!(
+        "data: {n} points in {d} dimensions, {} clusters on a curved manifold of dimension {}, seed {} ({})",
+        syn.clusters,
+        syn.latent,
+        a.seed,
+        seconds(start.elapsed().as_secs_f64())
+    ));
+
+    let start = Instant::now();
+    let nb = knn.graph(syn.data.view(), k, metric)?;
+    let t = start.elapsed().as_secs_f64();
+    drop(bar);
+    let flops = 2.0 * n as f64 * n as f64 * d as f64;
+    say(format!(
+        "graph: k = {k}, {metric}: {} ({:.0} rows/s, {:.1} GFLOP/s of brute-force distance work)",
+        seconds(t),
+        n as f64 / t,
+        flops / t / 1e9
+    ));
+    let stats = knn.last_run();
+    if stats.rows_widened > 0 || stats.rows_brute_forced > 0 {
+        say(format!(
+            "       {} rows needed more candidates, {} were finished by float64 brute force",
+            stats.rows_widened, stats.rows_brute_forced
+        ));
+    }
+
+    let same_cluster = (0..n)
+        .map(|i| nb.indices_of(i).iter().filter(|&&j| syn.labels[j as usize] == syn.labels[i]).count())
+        .sum::<usize>();
+    say(format!("neighbours in the same cluster: {:.1}%", 100.0 * same_cluster as f64 / (n * k) as f64));
+
+    let start = Instant::now();
+    let mut rng = Rng::new(a.seed ^ 0x5eed);
+    let rows: Vec<usize> = (0..a.check.min(n)).map(|_| (rng.next_u64() % n as u64) as usize).collect();
+    let failures: Vec<String> = {
+        use rayon::prelude::*;
+        rows.par_iter().filter_map(|&i| synth::check_row(&syn.data, &nb, i, metric, false).err()).collect()
+    };
+    say(format!(
+        "check: {} random rows against a float64 brute force: {} exact ({})",
+        rows.len(),
+        rows.len() - failures.len(),
+        seconds(start.elapsed().as_secs_f64())
+    ));
+    if let Some(out) = &a.output {
+        io::write_neighbors(out, &nb, n)?;
+        say(format!("wrote {}", out.display()));
+    }
+    match failures.first() {
+        None => Ok(()),
+        Some(first) => Err(Failure(format!(
+            "{} of {} checked rows differ from the float64 brute force; first: {first}",
+            failures.len(),
+            rows.len()
+        ))),
+    }
+}
+
+pub fn bench(a: BenchArgs) -> Outcome {
+    let (n, d, k, metric) = (a.n as usize, a.d as usize, a.k as usize, a.metric);
+    let nq = if a.what == What::Graph { n } else { a.queries as usize };
+    let max = if a.what == What::Graph { n - 1 } else { n };
+    if k > max {
+        return Err(Failure(format!("-k {k} is too large for --n {n}: at most {max}")));
+    }
+    let corpus = synth::clustered(n, d, a.seed).data;
+    let queries = (a.what == What::Search).then(|| synth::clustered(nq, d, a.seed.wrapping_add(0x9e37)).data);
+
+    let bar = Bar::new(a.engine.quiet || a.json, "bench");
+    let start = Instant::now();
+    let knn = a.engine.open(false, &bar)?;
+    let init = start.elapsed().as_secs_f64();
+    let mut best = f64::INFINITY;
+    for _ in 0..a.repeat {
+        let start = Instant::now();
+        match &queries {
+            None => knn.graph(corpus.view(), k, metric)?,
+            Some(q) => knn.search(corpus.view(), q.view(), k, metric)?,
+        };
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    drop(bar);
+    let stats = knn.last_run();
+    let what = if a.what == What::Graph { "graph" } else { "search" };
+    let gflops = 2.0 * nq as f64 * n as f64 * d as f64 / best / 1e9;
+    if a.json {
+        say(format!(
+            "{{\"what\":\"{what}\",\"n\":{n},\"queries\":{nq},\"d\":{d},\"k\":{k},\"metric\":\"{metric}\",\
+             \"backend\":{},\"init_s\":{init:.6},\"seconds\":{best:.6},\"repeat\":{},\"rows_per_s\":{:.1},\
+             \"gflops\":{gflops:.3},\"rounds\":{},\"rows_widened\":{},\"rows_brute_forced\":{}}}",
+            json_string(&knn.description()),
+            a.repeat,
+            nq as f64 / best,
+            stats.rounds,
+            stats.rows_widened,
+            stats.rows_brute_forced
+        ));
+    } else {
+        say(format!(
+            "{what} n={n} queries={nq} d={d} k={k} {metric} | {} | init {} | {} | {:.0} rows/s | {gflops:.1} GFLOP/s",
+            knn.description(),
+            seconds(init),
+            seconds(best),
+            nq as f64 / best
+        ));
+    }
+    Ok(())
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(super::json_string("a \"b\"\\\n"), "\"a \\\"b\\\"\\\\\\u000a\"");
+    }
+}

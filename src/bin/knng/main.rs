@@ -1,0 +1,231 @@
+//! `knng`: exact k-nearest neighbours and kNN graphs from the command line.
+//!
+//! Every failure ends as one `error: ...` line on stderr and exit status 1 (2 for usage
+//! errors, as clap reports them); outputs are checked before any work and written whole or
+//! not at all.
+
+mod commands;
+mod demo;
+mod progress;
+mod synth;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use knng::{Backend, Metric};
+
+#[derive(Parser)]
+#[command(
+    name = "knng",
+    version,
+    about = "Exact k-nearest neighbours and kNN graphs on any GPU (wgpu), with an exact CPU backend",
+    after_help = "Inputs: .npy, .fvecs/.bvecs/.ivecs, .fbin/.u8bin/.i8bin/.ibin, .csv/.tsv, .hdf5/.h5 \
+                  (FILE.hdf5:DATASET; default dataset train).\n\
+                  Outputs: .npz (indices int64, distances float32), .ivecs (+ .fvecs of distances), \
+                  .csv edge list, .mtx Matrix Market."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The kNN graph of a file: for every row, its k nearest other rows.
+    Graph(GraphArgs),
+    /// For every row of QUERIES, its k nearest rows of CORPUS.
+    Search(SearchArgs),
+    /// Lists the GPU adapters wgpu sees and the one `--backend auto` would use.
+    Info,
+    /// Builds the kNN graph of seeded synthetic data, checks it against a float64 brute
+    /// force and reports the speed.
+    Demo(DemoArgs),
+    /// Times a graph or search on seeded synthetic data.
+    Bench(BenchArgs),
+}
+
+/// How and where the work runs.
+#[derive(Args, Clone)]
+struct EngineArgs {
+    /// auto (a hardware GPU if there is one, else the CPU), gpu, or cpu.
+    #[arg(long, default_value = "auto", value_name = "auto|gpu|cpu")]
+    backend: Backend,
+    /// GPU adapter to use: its index in `knng info` or part of its name.
+    #[arg(long, value_name = "NAME-OR-INDEX")]
+    adapter: Option<String>,
+    /// Use the workgroup prefix-sum select even where the adapter has subgroup operations.
+    #[arg(long)]
+    no_subgroups: bool,
+    /// CPU threads (default: one per core).
+    #[arg(long, value_name = "N", value_parser = at_least(1))]
+    threads: Option<u64>,
+    /// No progress bar and no status lines.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// What to compute.
+#[derive(Args, Clone)]
+struct Problem {
+    /// Neighbours per row.
+    #[arg(short = 'k', value_name = "K", value_parser = at_least(1))]
+    k: u64,
+    /// euclidean (l2), sqeuclidean, cosine, correlation (pearson), or inner_product (ip).
+    #[arg(long, short = 'm', default_value = "euclidean", value_name = "METRIC")]
+    metric: Metric,
+    /// Output file: .npz, .ivecs (distances go to a .fvecs beside it), .csv or .mtx.
+    #[arg(long, short = 'o', value_name = "OUT")]
+    output: PathBuf,
+}
+
+#[derive(Args)]
+struct GraphArgs {
+    /// Input vectors (a path, or FILE.hdf5:DATASET).
+    #[arg(value_name = "INPUT")]
+    input: String,
+    #[command(flatten)]
+    problem: Problem,
+    /// Count each point as its own nearest neighbour (k may then be n).
+    #[arg(long)]
+    include_self: bool,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(Args)]
+struct SearchArgs {
+    /// Vectors to search (a path, or FILE.hdf5:DATASET).
+    #[arg(value_name = "CORPUS")]
+    corpus: String,
+    /// Vectors whose neighbours are wanted (a path, or FILE.hdf5:DATASET).
+    #[arg(long, short = 'q', value_name = "QUERIES")]
+    queries: String,
+    #[command(flatten)]
+    problem: Problem,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Points (default: 20000 on the CPU, 100000 on a GPU).
+    #[arg(long, value_parser = at_least(2))]
+    n: Option<u64>,
+    /// Dimension.
+    #[arg(long, default_value_t = 256, value_parser = at_least(1))]
+    d: u64,
+    /// Neighbours per point.
+    #[arg(short = 'k', default_value_t = 15, value_parser = at_least(1))]
+    k: u64,
+    /// Distance (see `knng graph --help`).
+    #[arg(long, short = 'm', default_value = "euclidean", value_name = "METRIC")]
+    metric: Metric,
+    /// Seed of the synthetic data.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Rows checked against the float64 brute force.
+    #[arg(long, default_value_t = 64)]
+    check: usize,
+    /// Also write the graph here (.npz, .ivecs, .csv or .mtx).
+    #[arg(long, short = 'o', value_name = "OUT")]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum What {
+    Graph,
+    Search,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Corpus rows.
+    #[arg(long, default_value_t = 20000, value_parser = at_least(2))]
+    n: u64,
+    /// Dimension.
+    #[arg(long, default_value_t = 128, value_parser = at_least(1))]
+    d: u64,
+    /// Neighbours per row.
+    #[arg(short = 'k', default_value_t = 10, value_parser = at_least(1))]
+    k: u64,
+    /// Distance (see `knng graph --help`).
+    #[arg(long, short = 'm', default_value = "euclidean", value_name = "METRIC")]
+    metric: Metric,
+    /// graph (self-join of the n rows) or search (--queries rows against the n rows).
+    #[arg(long, value_enum, default_value_t = What::Graph)]
+    what: What,
+    /// Query rows for `--what search`.
+    #[arg(long, default_value_t = 1000, value_parser = at_least(1))]
+    queries: u64,
+    /// Timed runs (the report gives the fastest).
+    #[arg(long, default_value_t = 1, value_parser = at_least(1))]
+    repeat: u64,
+    /// Seed of the synthetic data.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object instead of a line of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+/// A whole-number argument of at least `min`, with a message that says so.
+fn at_least(min: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |s: &str| match s.trim().parse::<u64>() {
+        Ok(v) if v >= min => Ok(v),
+        Ok(v) => Err(format!("{v} is too small: must be at least {min}")),
+        Err(_) => Err(format!("{s:?} is not a whole number (at least {min})")),
+    }
+}
+
+/// A failure to report: one line, no backtrace.
+#[derive(Debug)]
+pub struct Failure(String);
+
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure(e.to_string())
+    }
+}
+
+pub type Outcome<T = ()> = Result<T, Failure>;
+
+/// Prints a line on stdout; a closed pipe (`knng info | head`) is not an error.
+pub fn say(line: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stdout(), "{line}");
+}
+
+fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_string());
+        let place = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        eprintln!("error: internal error: {what}{place} (this is a bug in knng; please report it)");
+    }));
+    let cli = Cli::parse();
+    let outcome = std::panic::catch_unwind(move || match cli.command {
+        Command::Graph(a) => commands::graph(a),
+        Command::Search(a) => commands::search(a),
+        Command::Info => commands::info(),
+        Command::Demo(a) => demo::demo(a),
+        Command::Bench(a) => demo::bench(a),
+    });
+    match outcome {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(Failure(message))) => {
+            eprintln!("error: {message}");
+            ExitCode::from(1)
+        }
+        // The hook has already said what happened.
+        Err(_) => ExitCode::from(1),
+    }
+}

@@ -1,0 +1,491 @@
+//! Reading vector files and writing neighbour lists.
+//!
+//! Inputs are chosen by extension:
+//!
+//! | extension | layout |
+//! |---|---|
+//! | `.npy` | NumPy array, 2-D (or more: trailing axes are flattened); any float or integer dtype, either byte order, C or Fortran order |
+//! | `.fvecs` `.bvecs` `.ivecs` | TEXMEX: per vector an `i32` dimension then that many `f32` / `u8` / `i32` values |
+//! | `.fbin` `.u8bin` `.i8bin` `.ibin` | big-ann-benchmarks: `u32` rows, `u32` columns, then the values (`f32` / `u8` / `i8` / `i32`) |
+//! | `.csv` `.tsv` | one vector per line; a first line that is not all numbers is a header |
+//! | `.hdf5` `.h5` | ann-benchmarks layout: dataset `train`, or another with `FILE.hdf5:NAME` (needs the `hdf5` feature) |
+//!
+//! Binary inputs are memory-mapped and converted to f32 row by row, so the only large
+//! allocation is the returned [`Matrix`]. [`MatrixFile`] reads a range of rows at a time for
+//! callers that stream blocks instead of holding the whole file.
+//!
+//! Outputs ([`write_neighbors`]) are chosen by extension too: `.npz`, `.ivecs` (with a `.fvecs`
+//! of distances beside it), `.csv` edge list, `.mtx` Matrix Market. Every output is written to
+//! a temporary file in the destination directory and renamed into place only when complete,
+//! so a failed run leaves no partial file behind.
+
+mod atomic;
+mod binary;
+mod mtx;
+mod npy;
+mod npz;
+mod text;
+mod vecs;
+
+#[cfg(feature = "hdf5")]
+mod h5;
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use crate::data::{Matrix, Neighbors};
+use crate::error::{Error, Result};
+
+pub use npy::write_matrix_npy;
+
+/// Input extensions [`read_matrix`] understands, for messages.
+pub const INPUT_EXTENSIONS: &str = ".npy, .fvecs, .bvecs, .ivecs, .fbin, .u8bin, .i8bin, .ibin, .csv, .tsv, .hdf5, .h5";
+
+/// Output extensions [`write_neighbors`] understands, for messages.
+pub const OUTPUT_EXTENSIONS: &str = ".npz, .ivecs (distances in a .fvecs beside it), .csv, .mtx";
+
+/// Reads a whole matrix file into memory as f32.
+///
+/// `spec` is a path, or `FILE.hdf5:DATASET` to pick a dataset other than `train` from an
+/// HDF5 file. The format follows the extension (see the [module docs](self)).
+///
+/// Errors name the file and what is wrong with it: a missing file, an unknown extension, a
+/// size that does not match the header, vectors of different dimensions (with the vector
+/// number and byte offset), unparsable text (with line, column and the text), and files with
+/// no rows or no columns. Values are not checked for NaN here; the search does that and
+/// names the row and column.
+pub fn read_matrix(spec: &str) -> Result<Matrix> {
+    let file = MatrixFile::open(spec)?;
+    let rows = file.rows();
+    file.read_rows(0..rows)
+}
+
+/// An opened matrix file whose rows can be read a range at a time.
+///
+/// Binary formats stay memory-mapped and are converted only for the rows asked for; text
+/// and HDF5 inputs are parsed when opened.
+pub struct MatrixFile {
+    path: PathBuf,
+    inner: Source,
+}
+
+enum Source {
+    Mapped(binary::Mapped),
+    Loaded(Matrix),
+    #[cfg(feature = "hdf5")]
+    Hdf5(h5::Dataset),
+}
+
+impl MatrixFile {
+    /// Opens `spec` (a path, or `FILE.hdf5:DATASET`) and checks its header and size.
+    pub fn open(spec: &str) -> Result<MatrixFile> {
+        let (path, dataset) = split_spec(spec);
+        let ext = extension(&path);
+        let format = InputFormat::from_extension(&ext).ok_or_else(|| {
+            let shown = if ext.is_empty() { "no extension".to_string() } else { format!("extension .{ext}") };
+            Error::file(&path, format!("cannot tell the format from {shown}; supported inputs are {INPUT_EXTENSIONS}"))
+        })?;
+        if dataset.is_some() && format != InputFormat::Hdf5 {
+            return Err(Error::file(&path, "only .hdf5 and .h5 inputs take a :DATASET suffix"));
+        }
+        let inner = match format {
+            InputFormat::Npy => Source::Mapped(npy::open(&path)?),
+            InputFormat::Vecs(elem) => Source::Mapped(vecs::open(&path, elem)?),
+            InputFormat::Bin(elem) => Source::Mapped(binary::open_bin(&path, elem)?),
+            InputFormat::Text(delimiter) => Source::Loaded(text::read(&path, delimiter)?),
+            InputFormat::Hdf5 => open_hdf5(&path, dataset.as_deref())?,
+        };
+        let file = MatrixFile { path, inner };
+        if file.rows() == 0 || file.cols() == 0 {
+            return Err(Error::file(
+                &file.path,
+                format!("holds no vectors ({} rows x {} columns)", file.rows(), file.cols()),
+            ));
+        }
+        Ok(file)
+    }
+
+    /// The file's path (without any `:DATASET` suffix).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Number of vectors.
+    pub fn rows(&self) -> usize {
+        match &self.inner {
+            Source::Mapped(m) => m.rows(),
+            Source::Loaded(m) => m.rows(),
+            #[cfg(feature = "hdf5")]
+            Source::Hdf5(d) => d.rows(),
+        }
+    }
+
+    /// Dimension of each vector.
+    pub fn cols(&self) -> usize {
+        match &self.inner {
+            Source::Mapped(m) => m.cols(),
+            Source::Loaded(m) => m.cols(),
+            #[cfg(feature = "hdf5")]
+            Source::Hdf5(d) => d.cols(),
+        }
+    }
+
+    /// Reads rows `range` as f32.
+    pub fn read_rows(&self, range: Range<usize>) -> Result<Matrix> {
+        if range.start > range.end || range.end > self.rows() {
+            return Err(Error::arg(
+                "range",
+                format!("rows {range:?} are outside 0..{} of {}", self.rows(), self.path.display()),
+            ));
+        }
+        match &self.inner {
+            Source::Mapped(m) => m.read_rows(range),
+            Source::Loaded(m) => {
+                let cols = m.cols();
+                let values = m.as_slice()[range.start * cols..range.end * cols].to_vec();
+                Matrix::new(values, range.len(), cols)
+            }
+            #[cfg(feature = "hdf5")]
+            Source::Hdf5(d) => d.read_rows(&self.path, range),
+        }
+    }
+}
+
+#[cfg(feature = "hdf5")]
+fn open_hdf5(path: &Path, dataset: Option<&str>) -> Result<Source> {
+    Ok(Source::Hdf5(h5::Dataset::open(path, dataset.unwrap_or(h5::DEFAULT_DATASET))?))
+}
+
+#[cfg(not(feature = "hdf5"))]
+fn open_hdf5(path: &Path, _dataset: Option<&str>) -> Result<Source> {
+    Err(Error::file(
+        path,
+        "reading HDF5 needs the hdf5 feature: rebuild with `cargo build --release --features hdf5` \
+         (it links the system HDF5 library, e.g. Debian's libhdf5-dev), or convert the file to .npy",
+    ))
+}
+
+/// Element types of binary inputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Elem {
+    F16,
+    F32,
+    F64,
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    Bool,
+}
+
+impl Elem {
+    pub(crate) fn size(self) -> usize {
+        match self {
+            Elem::I8 | Elem::U8 | Elem::Bool => 1,
+            Elem::F16 | Elem::I16 | Elem::U16 => 2,
+            Elem::F32 | Elem::I32 | Elem::U32 => 4,
+            Elem::F64 | Elem::I64 | Elem::U64 => 8,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum InputFormat {
+    Npy,
+    Vecs(Elem),
+    Bin(Elem),
+    Text(u8),
+    Hdf5,
+}
+
+impl InputFormat {
+    fn from_extension(ext: &str) -> Option<InputFormat> {
+        Some(match ext {
+            "npy" => InputFormat::Npy,
+            "fvecs" => InputFormat::Vecs(Elem::F32),
+            "bvecs" => InputFormat::Vecs(Elem::U8),
+            "ivecs" => InputFormat::Vecs(Elem::I32),
+            "fbin" => InputFormat::Bin(Elem::F32),
+            "u8bin" => InputFormat::Bin(Elem::U8),
+            "i8bin" => InputFormat::Bin(Elem::I8),
+            "ibin" => InputFormat::Bin(Elem::I32),
+            "csv" => InputFormat::Text(b','),
+            "tsv" => InputFormat::Text(b'\t'),
+            "hdf5" | "h5" => InputFormat::Hdf5,
+            _ => return None,
+        })
+    }
+}
+
+/// Splits `FILE.hdf5:DATASET` into the path and the dataset. Only a suffix after an HDF5
+/// extension counts, so paths that merely contain a colon are left whole.
+fn split_spec(spec: &str) -> (PathBuf, Option<String>) {
+    if let Some((file, dataset)) = spec.rsplit_once(':') {
+        let ext = extension(Path::new(file));
+        if (ext == "hdf5" || ext == "h5") && !dataset.is_empty() {
+            return (PathBuf::from(file), Some(dataset.to_string()));
+        }
+    }
+    (PathBuf::from(spec), None)
+}
+
+fn extension(path: &Path) -> String {
+    path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OutputFormat {
+    Npz,
+    Ivecs,
+    Csv,
+    Mtx,
+}
+
+impl OutputFormat {
+    fn of(path: &Path) -> Result<OutputFormat> {
+        match extension(path).as_str() {
+            "npz" => Ok(OutputFormat::Npz),
+            "ivecs" => Ok(OutputFormat::Ivecs),
+            "csv" => Ok(OutputFormat::Csv),
+            "mtx" => Ok(OutputFormat::Mtx),
+            ext => {
+                let shown = if ext.is_empty() { "no extension".to_string() } else { format!("extension .{ext}") };
+                Err(Error::file(
+                    path,
+                    format!("cannot tell the output format from {shown}; supported outputs are {OUTPUT_EXTENSIONS}"),
+                ))
+            }
+        }
+    }
+}
+
+/// The `.fvecs` file that holds the distances of an `.ivecs` output.
+pub fn distances_path(ivecs: &Path) -> PathBuf {
+    ivecs.with_extension("fvecs")
+}
+
+/// Checks, before any work is done, that `path` has an output extension [`write_neighbors`]
+/// knows and that its directory exists and accepts new files.
+pub fn check_output_path(path: &Path) -> Result<()> {
+    OutputFormat::of(path)?;
+    atomic::check_writable(path)
+}
+
+/// Writes neighbour lists in the format given by `path`'s extension.
+///
+/// `n_cols` is the number of corpus rows (the column count of the Matrix Market output).
+/// Formats:
+///
+/// - `.npz`: arrays `indices` (int64) and `distances` (float32), both `queries x k`, as
+///   `numpy.load` reads them;
+/// - `.ivecs`: indices as TEXMEX vectors, and distances in a `.fvecs` with the same stem;
+/// - `.csv`: header `query,neighbor,distance`, one edge per line, nearest first;
+/// - `.mtx`: Matrix Market `coordinate real general`, 1-based, `queries x n_cols`, the
+///   distance as the value (readable by `scipy.io.mmread`).
+///
+/// Nothing appears at `path` unless the whole output was written.
+pub fn write_neighbors(path: &Path, nb: &Neighbors, n_cols: usize) -> Result<()> {
+    let format = OutputFormat::of(path)?;
+    let expected = nb.queries.checked_mul(nb.k);
+    if expected != Some(nb.indices.len()) || expected != Some(nb.distances.len()) {
+        return Err(Error::arg(
+            "neighbors",
+            format!(
+                "{} indices and {} distances do not make {} queries x {} neighbours",
+                nb.indices.len(),
+                nb.distances.len(),
+                nb.queries,
+                nb.k
+            ),
+        ));
+    }
+    if nb.k == 0 {
+        return Err(Error::arg("k", "there are no neighbours to write (k = 0)"));
+    }
+    if let Some(&bad) = nb.indices.iter().find(|&&i| i as usize >= n_cols) {
+        return Err(Error::arg("neighbors", format!("index {bad} is not below the corpus size {n_cols}")));
+    }
+    match format {
+        OutputFormat::Npz => atomic::write(path, |w| npz::write_neighbors(w, nb)),
+        OutputFormat::Ivecs => {
+            let dist_path = distances_path(path);
+            atomic::write_pair(
+                path,
+                |w| vecs::write_rows(w, &nb.indices, nb.k, |v| (v as i32).to_le_bytes()),
+                &dist_path,
+                |w| vecs::write_rows(w, &nb.distances, nb.k, |v| v.to_le_bytes()),
+            )
+        }
+        OutputFormat::Csv => atomic::write(path, |w| text::write_edges(w, nb)),
+        OutputFormat::Mtx => atomic::write(path, |w| mtx::write(w, nb, n_cols)),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use super::*;
+
+    /// A small matrix with distinct, exactly representable values.
+    pub fn sample(rows: usize, cols: usize) -> Matrix {
+        let values = (0..rows * cols).map(|i| (i as f32) * 0.5 - 7.0).collect();
+        Matrix::new(values, rows, cols).unwrap()
+    }
+
+    pub fn sample_neighbors() -> Neighbors {
+        Neighbors {
+            indices: vec![1, 2, 0, 2, 1, 0, 0, 1, 2, 4, 3, 0],
+            distances: vec![0.5, 1.25, 0.0, 2.0, 3.5, 1e-7, 4.0, 4.0, 6.0, -1.5, 7.0, 8.0],
+            queries: 4,
+            k: 3,
+        }
+    }
+
+    pub fn message(err: Error) -> String {
+        err.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::*;
+    use super::*;
+
+    #[test]
+    fn spec_splitting() {
+        assert_eq!(split_spec("a.hdf5:test"), (PathBuf::from("a.hdf5"), Some("test".into())));
+        assert_eq!(split_spec("dir/a.H5:/group/x"), (PathBuf::from("dir/a.H5"), Some("/group/x".into())));
+        assert_eq!(split_spec("a.hdf5"), (PathBuf::from("a.hdf5"), None));
+        assert_eq!(split_spec("c:/data/a.npy"), (PathBuf::from("c:/data/a.npy"), None));
+        assert_eq!(split_spec("odd:name.npy"), (PathBuf::from("odd:name.npy"), None));
+    }
+
+    #[test]
+    fn unknown_input_extension_lists_supported() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("data.parquet");
+        std::fs::write(&p, b"x").unwrap();
+        let msg = message(read_matrix(p.to_str().unwrap()).unwrap_err());
+        assert!(msg.contains("data.parquet") && msg.contains(".fvecs") && msg.contains(".npy"), "{msg}");
+    }
+
+    #[test]
+    fn missing_file_is_named() {
+        for name in ["absent.npy", "absent.fvecs", "absent.fbin", "absent.csv"] {
+            let msg = message(read_matrix(&format!("/nonexistent-dir/{name}")).unwrap_err());
+            assert!(msg.contains(name) && msg.contains("not found"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn dataset_suffix_only_for_hdf5() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.npy");
+        write_matrix_npy(&p, &sample(3, 2)).unwrap();
+        let spec = format!("{}:train", p.display());
+        let msg = message(read_matrix(&spec).unwrap_err());
+        assert!(msg.contains("a.npy"), "{msg}");
+    }
+
+    #[cfg(not(feature = "hdf5"))]
+    #[test]
+    fn hdf5_without_feature_says_how_to_rebuild() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.hdf5");
+        std::fs::write(&p, b"x").unwrap();
+        let msg = message(read_matrix(p.to_str().unwrap()).unwrap_err());
+        assert!(msg.contains("--features hdf5") && msg.contains("a.hdf5"), "{msg}");
+    }
+
+    #[test]
+    fn same_matrix_from_every_binary_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = sample(5, 3);
+        let npy_path = dir.path().join("m.npy");
+        write_matrix_npy(&npy_path, &m).unwrap();
+        let fvecs_path = dir.path().join("m.fvecs");
+        let mut bytes = Vec::new();
+        vecs::write_rows(&mut bytes, m.as_slice(), 3, |v| v.to_le_bytes()).unwrap();
+        std::fs::write(&fvecs_path, &bytes).unwrap();
+        let fbin_path = dir.path().join("m.fbin");
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&5u32.to_le_bytes());
+        bytes.extend_from_slice(&3u32.to_le_bytes());
+        for v in m.as_slice() {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        std::fs::write(&fbin_path, &bytes).unwrap();
+        let csv_path = dir.path().join("m.csv");
+        let text: String = (0..5)
+            .map(|i| m.view().row(i).iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",") + "\n")
+            .collect();
+        std::fs::write(&csv_path, text).unwrap();
+        for p in [npy_path, fvecs_path, fbin_path, csv_path] {
+            assert_eq!(read_matrix(p.to_str().unwrap()).unwrap(), m, "{}", p.display());
+        }
+    }
+
+    #[test]
+    fn matrix_file_reads_row_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = sample(7, 4);
+        let p = dir.path().join("m.npy");
+        write_matrix_npy(&p, &m).unwrap();
+        let f = MatrixFile::open(p.to_str().unwrap()).unwrap();
+        assert_eq!((f.rows(), f.cols()), (7, 4));
+        let part = f.read_rows(2..5).unwrap();
+        assert_eq!(part.as_slice(), &m.as_slice()[8..20]);
+        assert_eq!(f.read_rows(3..3).unwrap().rows(), 0);
+        assert!(f.read_rows(5..8).is_err());
+    }
+
+    #[test]
+    fn empty_inputs_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("e.fvecs");
+        std::fs::write(&p, b"").unwrap();
+        let msg = message(read_matrix(p.to_str().unwrap()).unwrap_err());
+        assert!(msg.contains("e.fvecs") && msg.contains("empty"), "{msg}");
+        let p = dir.path().join("e.csv");
+        std::fs::write(&p, b"a,b,c\n").unwrap();
+        let msg = message(read_matrix(p.to_str().unwrap()).unwrap_err());
+        assert!(msg.contains("e.csv") && msg.contains("no vectors"), "{msg}");
+    }
+
+    #[test]
+    fn output_path_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(check_output_path(&dir.path().join("g.npz")).is_ok());
+        assert!(check_output_path(&dir.path().join("g.ivecs")).is_ok());
+        assert!(check_output_path(&dir.path().join("g.csv")).is_ok());
+        assert!(check_output_path(&dir.path().join("g.mtx")).is_ok());
+        let msg = message(check_output_path(&dir.path().join("g.parquet")).unwrap_err());
+        assert!(msg.contains(".npz") && msg.contains(".mtx"), "{msg}");
+        let msg = message(check_output_path(&dir.path().join("missing/g.npz")).unwrap_err());
+        assert!(msg.contains("missing"), "{msg}");
+        let msg = message(check_output_path(dir.path()).unwrap_err());
+        assert!(msg.contains("output"), "{msg}");
+        std::fs::create_dir(dir.path().join("d.npz")).unwrap();
+        let msg = message(check_output_path(&dir.path().join("d.npz")).unwrap_err());
+        assert!(msg.contains("directory"), "{msg}");
+        // A leftover probe would be mistaken for output by later runs.
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    #[test]
+    fn inconsistent_neighbors_are_refused_without_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("g.csv");
+        let mut nb = sample_neighbors();
+        nb.indices.pop();
+        assert!(write_neighbors(&p, &nb, 5).is_err());
+        let nb = sample_neighbors();
+        let msg = message(write_neighbors(&p, &nb, 4).unwrap_err());
+        assert!(msg.contains("corpus size 4"), "{msg}");
+        assert!(!p.exists());
+    }
+}
