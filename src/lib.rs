@@ -51,7 +51,7 @@ mod search;
 
 pub use data::{Matrix, MatrixRef, Neighbors};
 pub use error::{Error, Result};
-pub use gpu::{adapters, AdapterReport};
+pub use gpu::{adapters, AdapterReport, GpuTimes};
 pub use metric::Metric;
 pub use search::{graph, search, Backend, Knn, Options, Progress, RunStats};
 

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use crate::cpu::CpuEngine;
 use crate::data::{Matrix, MatrixRef, Neighbors};
 use crate::error::{Error, Result};
-use crate::gpu::GpuEngine;
+use crate::gpu::{GpuEngine, GpuTimes};
 use crate::metric::Metric;
 use crate::prepare;
 use crate::refine::{self, Candidates, Query, Ranked, NONE};
@@ -58,6 +58,9 @@ pub struct Options {
     pub memory_budget: Option<u64>,
     /// Called as query rows are finished.
     pub progress: Option<Progress>,
+    /// Time every GPU kernel with timestamp queries (where the adapter supports them inside
+    /// compute passes) and report the times in [`RunStats::gpu`].
+    pub profile: bool,
 }
 
 impl std::fmt::Debug for Options {
@@ -69,6 +72,7 @@ impl std::fmt::Debug for Options {
             .field("include_self", &self.include_self)
             .field("memory_budget", &self.memory_budget)
             .field("progress", &self.progress.is_some())
+            .field("profile", &self.profile)
             .finish()
     }
 }
@@ -94,6 +98,8 @@ pub struct RunStats {
     pub candidate_seconds: f64,
     /// Seconds spent re-ranking candidates in float64 and checking the certificates.
     pub refine_seconds: f64,
+    /// Per-kernel GPU times, with [`Options::profile`] on an adapter that supports it.
+    pub gpu: Option<GpuTimes>,
 }
 
 /// An exact k-nearest-neighbour engine bound to one backend. Create it once and reuse it:
@@ -258,6 +264,9 @@ impl Knn {
         }
         if let Some(p) = &self.options.progress {
             p(total, total);
+        }
+        if let Engine::Gpu(g) = &self.engine {
+            stats.gpu = g.take_profile();
         }
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
 

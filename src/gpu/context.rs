@@ -117,16 +117,23 @@ pub(crate) struct Context {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub subgroups: bool,
+    /// Timestamp queries inside compute passes are enabled (profiling).
+    pub timestamps: bool,
     pub log: Arc<ErrorLog>,
 }
 
 impl Context {
-    pub fn open(adapter: &wgpu::Adapter, use_subgroups: bool) -> Result<Self> {
+    pub fn open(adapter: &wgpu::Adapter, use_subgroups: bool, profile: bool) -> Result<Self> {
         let info = adapter.get_info();
         let subgroups = use_subgroups && adapter.features().contains(wgpu::Features::SUBGROUP);
+        let timestamp_features = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        let timestamps = profile && adapter.features().contains(timestamp_features);
         let mut required_features = wgpu::Features::empty();
         if subgroups {
             required_features |= wgpu::Features::SUBGROUP;
+        }
+        if timestamps {
+            required_features |= timestamp_features;
         }
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -149,7 +156,7 @@ impl Context {
                 *sink.lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {message}"));
             }
         });
-        Ok(Context { device, queue, info, limits, subgroups, log })
+        Ok(Context { device, queue, info, limits, subgroups, timestamps, log })
     }
 
     /// Waits for all submitted work and reports any error recorded meanwhile.

@@ -96,6 +96,7 @@ pub(crate) struct GpuEngine {
     select: Kernel,
     /// `select_rows_per_subgroup`, for merging short candidate lists, where subgroups exist.
     merge_per_subgroup: Option<wgpu::ComputePipeline>,
+    profiler: Option<Profiler>,
     max_binding: u64,
     /// Bytes the engine may allocate; halved after each out-of-memory error.
     budget: std::sync::atomic::AtomicU64,
@@ -176,7 +177,7 @@ impl GpuEngine {
         let (_instance, adapters) = context::discover();
         let chosen =
             context::choose_adapter(&adapters, options.adapter.as_deref(), hardware_only && options.adapter.is_none())?;
-        let ctx = Context::open(&adapters[chosen], !options.no_subgroups)?;
+        let ctx = Context::open(&adapters[chosen], !options.no_subgroups, options.profile)?;
         let tile = [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", TILE_K as f64)];
         let select_slots = [RO, RW, RW, RW, RW];
         let (norms, distance, select, merge_per_subgroup) = ctx.allocating(|| {
@@ -196,7 +197,29 @@ impl GpuEngine {
         ctx.wait()?;
         let max_binding = ctx.limits.max_storage_buffer_binding_size.min(ctx.limits.max_buffer_size);
         let budget = options.memory_budget.unwrap_or(DEFAULT_BUDGET).into();
-        Ok(GpuEngine { ctx, norms, distance, select, merge_per_subgroup, max_binding, budget })
+        let profiler = if ctx.timestamps {
+            let capacity = 4096;
+            Some(Profiler {
+                queries: ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("kernel timestamps"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count: capacity,
+                }),
+                resolved: ctx.allocating(|| {
+                    ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("timestamps"),
+                        size: capacity as u64 * 8,
+                        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                        mapped_at_creation: false,
+                    })
+                })?,
+                capacity,
+                times: Default::default(),
+            })
+        } else {
+            None
+        };
+        Ok(GpuEngine { ctx, norms, distance, select, merge_per_subgroup, profiler, max_binding, budget })
     }
 
     /// Rows per workgroup of `select_rows_per_subgroup`, when it exists: sized for the
@@ -237,11 +260,7 @@ impl GpuEngine {
         let mut session = CorpusSession { gpu: self, corpus, metric, plan, shift: shift_buf, resident: Vec::new() };
         if plan.resident {
             for first in (0..corpus.rows()).step_by(plan.chunk_rows) {
-                let rows = plan.chunk_rows.min(corpus.rows() - first);
-                let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-                let chunk = session.prepare(&mut encoder, corpus, first, rows, "corpus")?;
-                self.ctx.queue.submit([encoder.finish()]);
-                self.ctx.wait()?;
+                let chunk = session.prepare_chunk(first, plan.chunk_rows.min(corpus.rows() - first))?;
                 session.resident.push(chunk);
             }
         }
@@ -278,12 +297,21 @@ impl GpuEngine {
     }
 }
 
-/// One dispatch of a query tile.
-#[derive(Clone, Copy)]
+/// What a dispatch does, for profiles.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Step {
+    Norms,
     Distance,
     SelectRows,
-    MergePerSubgroup,
+    Merge,
+}
+
+/// One dispatch: kernel, parameter slot, workgroups, bind group.
+struct Job<'b> {
+    step: Step,
+    offset: u32,
+    groups: (u32, u32),
+    bind: &'b wgpu::BindGroup,
 }
 
 /// Prepared rows on the GPU: vec4-padded vectors and squared norms.
@@ -294,7 +322,7 @@ struct PreparedRows {
     norms: wgpu::Buffer,
 }
 
-/// Per-submission uniform parameters, one 256-byte slot per dispatch.
+/// Uniform parameters of one submission, one 256-byte slot per dispatch.
 #[derive(Default)]
 struct ParamSlots {
     bytes: Vec<u8>,
@@ -325,6 +353,105 @@ fn metric_modes(metric: Metric) -> (u32, u32) {
     }
 }
 
+/// GPU time per kernel, from timestamp queries, and host time spent moving data.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GpuTimes {
+    /// Row preparation (`norms.wgsl`: centring, normalisation, squared norms).
+    pub prepare_rows: f64,
+    /// Distance tiles (`distance.wgsl`).
+    pub distance: f64,
+    /// Selection of each tile's candidates (`select_rows` on distance tiles).
+    pub select: f64,
+    /// Merging each tile's candidates into the running lists.
+    pub merge: f64,
+    /// Host time uploading inputs and reading candidates back.
+    pub transfers: f64,
+}
+
+impl GpuTimes {
+    fn add(&mut self, step: Step, seconds: f64) {
+        match step {
+            Step::Norms => self.prepare_rows += seconds,
+            Step::Distance => self.distance += seconds,
+            Step::SelectRows => self.select += seconds,
+            Step::Merge => self.merge += seconds,
+        }
+    }
+}
+
+/// Timestamp queries around every dispatch, where the adapter allows them inside passes.
+struct Profiler {
+    queries: wgpu::QuerySet,
+    resolved: wgpu::Buffer,
+    capacity: u32,
+    times: std::sync::Mutex<GpuTimes>,
+}
+
+impl GpuEngine {
+    /// Takes the times recorded since the last call; `None` without profiling.
+    pub fn take_profile(&self) -> Option<GpuTimes> {
+        let p = self.profiler.as_ref()?;
+        Some(std::mem::take(&mut *p.times.lock().unwrap_or_else(|e| e.into_inner())))
+    }
+
+    fn add_transfer_time(&self, since: std::time::Instant) {
+        if let Some(p) = &self.profiler {
+            p.times.lock().unwrap_or_else(|e| e.into_inner()).transfers += since.elapsed().as_secs_f64();
+        }
+    }
+
+    fn upload_uniform(&self, params: &ParamSlots) -> Result<wgpu::Buffer> {
+        self.ctx.allocating(|| {
+            self.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("params"),
+                contents: &params.bytes,
+                usage: wgpu::BufferUsages::UNIFORM,
+            })
+        })
+    }
+
+    /// Records `jobs` in one compute pass (each timed when profiling), submits and waits.
+    fn submit(&self, mut encoder: wgpu::CommandEncoder, jobs: &[Job<'_>]) -> Result<()> {
+        let timed = self.profiler.as_ref().map(|p| (p, (jobs.len() as u32).min(p.capacity / 2)));
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            for (i, job) in jobs.iter().enumerate() {
+                let pipeline = match job.step {
+                    Step::Norms => &self.norms.pipeline,
+                    Step::Distance => &self.distance.pipeline,
+                    Step::SelectRows => &self.select.pipeline,
+                    Step::Merge => self.merge_per_subgroup.as_ref().unwrap_or(&self.select.pipeline),
+                };
+                let stamp = timed.filter(|&(_, n)| (i as u32) < n).map(|(p, _)| p);
+                if let Some(p) = stamp {
+                    pass.write_timestamp(&p.queries, 2 * i as u32);
+                }
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, job.bind, &[job.offset]);
+                pass.dispatch_workgroups(job.groups.0, job.groups.1, 1);
+                if let Some(p) = stamp {
+                    pass.write_timestamp(&p.queries, 2 * i as u32 + 1);
+                }
+            }
+        }
+        let timed = timed.filter(|&(_, n)| n > 0);
+        if let Some((p, n)) = timed {
+            encoder.resolve_query_set(&p.queries, 0..2 * n, &p.resolved, 0);
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+        self.ctx.wait()?;
+        if let Some((p, n)) = timed {
+            let stamps: Vec<u64> = read_back(self, &p.resolved, Some(16 * n as usize))?;
+            let period = self.ctx.queue.get_timestamp_period() as f64 * 1e-9;
+            let mut times = p.times.lock().unwrap_or_else(|e| e.into_inner());
+            for (i, job) in jobs.iter().take(n as usize).enumerate() {
+                times.add(job.step, stamps[2 * i + 1].saturating_sub(stamps[2 * i]) as f64 * period);
+            }
+        }
+        Ok(())
+    }
+}
+
 pub(crate) struct CorpusSession<'a> {
     gpu: &'a GpuEngine,
     corpus: MatrixRef<'a>,
@@ -334,45 +461,54 @@ pub(crate) struct CorpusSession<'a> {
     resident: Vec<PreparedRows>,
 }
 
+/// Buffers of one round of candidates, reused by every query tile.
+struct TileBuffers {
+    raw_queries: wgpu::Buffer,
+    queries: PreparedRows,
+    exclude: wgpu::Buffer,
+    failed: wgpu::Buffer,
+    dist: wgpu::Buffer,
+    aux_a: wgpu::Buffer,
+    aux_b: wgpu::Buffer,
+    candidates: wgpu::Buffer,
+    uniform: wgpu::Buffer,
+}
+
 impl CorpusSession<'_> {
-    /// Uploads rows `first..first + rows` of `m` and records their preparation.
-    fn prepare(
-        &self,
-        encoder: &mut wgpu::CommandEncoder,
-        m: MatrixRef<'_>,
-        first: usize,
-        rows: usize,
-        label: &str,
-    ) -> Result<PreparedRows> {
+    /// Uploads rows `first..first + rows` of the corpus and prepares them.
+    fn prepare_chunk(&self, first: usize, rows: usize) -> Result<PreparedRows> {
         let gpu = self.gpu;
-        let d = m.cols();
+        let d = self.corpus.cols();
         let dim4 = d.div_ceil(4);
-        let raw = gpu.upload(label, bytemuck::cast_slice(&m.as_slice()[first * d..(first + rows) * d]))?;
-        let usage = wgpu::BufferUsages::STORAGE;
-        let vectors = gpu.buffer(label, (rows * dim4 * 16) as u64, usage)?;
-        let norms = gpu.buffer(label, (rows * 4) as u64, usage)?;
-        let (gx, gy) = grid(rows);
+        let started = std::time::Instant::now();
+        let raw = gpu.upload("corpus", bytemuck::cast_slice(&self.corpus.as_slice()[first * d..(first + rows) * d]))?;
+        gpu.add_transfer_time(started);
+        let chunk = PreparedRows {
+            first,
+            rows,
+            vectors: gpu.buffer("corpus rows", (rows * dim4 * 16) as u64, wgpu::BufferUsages::STORAGE)?,
+            norms: gpu.buffer("corpus norms", (rows * 4) as u64, wgpu::BufferUsages::STORAGE)?,
+        };
         let mut params = ParamSlots::default();
-        let offset =
-            params.push([rows as u32, d as u32, dim4 as u32, metric_modes(self.metric).0, gx, 0, 0, 0, 0, 0, 0, 0]);
-        let uniform = self.uniform(&params)?;
-        let bind = bind_group(&gpu.ctx.device, &gpu.norms.layout, &uniform, &[&raw, &self.shift, &vectors, &norms]);
-        let mut pass = encoder.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&gpu.norms.pipeline);
-        pass.set_bind_group(0, &bind, &[offset]);
-        pass.dispatch_workgroups(gx, gy, 1);
-        drop(pass);
-        Ok(PreparedRows { first, rows, vectors, norms })
+        let (gx, gy) = grid(rows);
+        let offset = params.push(self.norms_params(rows, d, gx));
+        let uniform = gpu.upload_uniform(&params)?;
+        let bind = bind_group(&gpu.ctx.device, &gpu.norms.layout, &uniform, &[&raw, &self.shift, &chunk.vectors, &chunk.norms]);
+        let job = Job { step: Step::Norms, offset, groups: (gx, gy), bind: &bind };
+        gpu.submit(gpu.ctx.device.create_command_encoder(&Default::default()), &[job])?;
+        Ok(chunk)
     }
 
-    fn uniform(&self, params: &ParamSlots) -> Result<wgpu::Buffer> {
-        self.gpu.ctx.allocating(|| {
-            self.gpu.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some("params"),
-                contents: &params.bytes,
-                usage: wgpu::BufferUsages::UNIFORM,
-            })
-        })
+    fn norms_params(&self, rows: usize, d: usize, groups_x: u32) -> NormsParams {
+        NormsParams {
+            rows: rows as u32,
+            dim: d as u32,
+            dim4: d.div_ceil(4) as u32,
+            mode: metric_modes(self.metric).0,
+            groups_x,
+            in_offset: 0,
+            _pad: [0; 2],
+        }
     }
 
     /// The kc best fp32 candidates of every query, tile by tile.
@@ -383,17 +519,43 @@ impl CorpusSession<'_> {
         kc: usize,
         report: &(dyn Fn(usize) + Sync),
     ) -> Result<Candidates> {
+        let gpu = self.gpu;
         let nq = queries.rows();
-        let mut out = Candidates {
-            kc,
-            keys: vec![f32::INFINITY; nq * kc],
-            ids: vec![u32::MAX; nq * kc],
-            failed: vec![false; nq],
+        let d = queries.cols();
+        let tiles = plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), gpu.budget())?;
+        let q = tiles.query_rows;
+        let storage = wgpu::BufferUsages::STORAGE;
+        let copy = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        let column_tiles = if self.plan.resident {
+            self.resident.iter().map(|c| c.rows.div_ceil(tiles.column_tile)).sum::<usize>()
+        } else {
+            self.plan.chunk_rows.div_ceil(tiles.column_tile)
         };
-        let tiles = plan::plan_tiles(nq, queries.cols(), kc, self.plan, self.corpus.rows(), self.gpu.budget())?;
-        for q0 in (0..nq).step_by(tiles.query_rows) {
-            let rows = tiles.query_rows.min(nq - q0);
-            self.query_tile(queries, q0, rows, &exclude[q0..q0 + rows], kc, tiles, &mut out)?;
+        let buffers = TileBuffers {
+            raw_queries: gpu.buffer("queries", (q * d * 4) as u64, storage | copy)?,
+            queries: PreparedRows {
+                first: 0,
+                rows: q,
+                vectors: gpu.buffer("query rows", (q * d.div_ceil(4) * 16) as u64, storage)?,
+                norms: gpu.buffer("query norms", (q * 4) as u64, storage)?,
+            },
+            exclude: gpu.buffer("exclude", (q * 4) as u64, storage | copy)?,
+            failed: gpu.buffer("failed", (q * 4) as u64, storage | copy)?,
+            dist: gpu.buffer("distances", (q * tiles.column_tile * 4) as u64, storage)?,
+            aux_a: gpu.buffer("aux a", (q * tiles.scratch_stride * 8) as u64, storage)?,
+            aux_b: gpu.buffer("aux b", (q * tiles.scratch_stride * 8) as u64, storage)?,
+            candidates: gpu.buffer("candidates", (q * 2 * kc * 8) as u64, storage | copy)?,
+            uniform: gpu.buffer(
+                "params",
+                (1 + 3 * column_tiles as u64) * PARAM_SLOT,
+                wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            )?,
+        };
+        let mut out =
+            Candidates { kc, keys: vec![f32::INFINITY; nq * kc], ids: vec![u32::MAX; nq * kc], failed: vec![false; nq] };
+        for q0 in (0..nq).step_by(q) {
+            let rows = q.min(nq - q0);
+            self.query_tile(queries, q0, rows, &exclude[q0..q0 + rows], kc, tiles, &buffers, &mut out)?;
             report(q0 + rows);
         }
         Ok(out)
@@ -408,125 +570,129 @@ impl CorpusSession<'_> {
         exclude: &[u32],
         kc: usize,
         tiles: TilePlan,
+        b: &TileBuffers,
         out: &mut Candidates,
     ) -> Result<()> {
         let gpu = self.gpu;
         let device = &gpu.ctx.device;
-        let dim4 = queries.cols().div_ceil(4) as u32;
-        let storage = wgpu::BufferUsages::STORAGE;
+        let d = queries.cols();
         let cand_stride = 2 * kc;
-        let exclude_buf = gpu.upload("exclude", bytemuck::cast_slice(exclude))?;
-        let failed = gpu.upload("failed", bytemuck::cast_slice(&vec![0u32; rows]))?;
-        let dist = gpu.buffer("distances", (rows * tiles.column_tile * 4) as u64, storage)?;
-        let aux_a = gpu.buffer("aux a", (rows * tiles.scratch_stride * 8) as u64, storage)?;
-        let aux_b = gpu.buffer("aux b", (rows * tiles.scratch_stride * 8) as u64, storage)?;
-        let cand = gpu.buffer("candidates", (rows * cand_stride * 8) as u64, storage | wgpu::BufferUsages::COPY_SRC)?;
-        let select_bind = |uniform: &wgpu::Buffer| {
-            bind_group(device, &gpu.select.layout, uniform, &[&dist, &aux_a, &aux_b, &cand, &failed])
-        };
+        let started = std::time::Instant::now();
+        gpu.ctx.queue.write_buffer(&b.raw_queries, 0, bytemuck::cast_slice(&queries.as_slice()[q0 * d..(q0 + rows) * d]));
+        gpu.ctx.queue.write_buffer(&b.exclude, 0, bytemuck::cast_slice(exclude));
+        gpu.add_transfer_time(started);
 
-        let chunk_starts: Vec<usize> = (0..self.corpus.rows()).step_by(self.plan.chunk_rows).collect();
-        let mut first_tile = true;
-        let mut query_rows = None;
-        for (c, &chunk_first) in chunk_starts.iter().enumerate() {
-            let mut encoder = device.create_command_encoder(&Default::default());
-            if query_rows.is_none() {
-                query_rows = Some(self.prepare(&mut encoder, queries, q0, rows, "queries")?);
-            }
-            let q = query_rows.as_ref().expect("prepared above");
-            let streamed;
-            let chunk = if self.plan.resident {
-                &self.resident[c]
-            } else {
-                let n = self.plan.chunk_rows.min(self.corpus.rows() - chunk_first);
-                streamed = self.prepare(&mut encoder, self.corpus, chunk_first, n, "corpus chunk")?;
-                &streamed
-            };
-            let mut params = ParamSlots::default();
-            let mut dispatches = Vec::new();
-            for c0 in (0..chunk.rows).step_by(tiles.column_tile) {
-                let cols = tiles.column_tile.min(chunk.rows - c0);
-                let col_base = (chunk.first + c0) as u32;
-                let gemm_groups = rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize);
-                let (gx, gy) = grid(gemm_groups);
-                let p = params.push(DistanceParams {
-                    q_rows: rows as u32,
-                    c_rows: cols as u32,
-                    dim4,
-                    c_offset: c0 as u32,
-                    col_base,
-                    out_stride: tiles.column_tile as u32,
-                    mode: metric_modes(self.metric).1,
-                    groups_x: gx,
-                });
-                dispatches.push((Step::Distance, p, gx, gy));
-                let (sx, sy) = grid(rows);
-                let select = SelectParams {
-                    rows: rows as u32,
-                    need: kc as u32,
-                    scratch_stride: tiles.scratch_stride as u32,
-                    out_stride: cand_stride as u32,
-                    groups_x: sx,
-                    ..Default::default()
-                };
-                // The tile's kc best: straight into the running list for the first tile, else
-                // beside it.
-                let p = params.push(SelectParams {
-                    len: cols as u32,
-                    in_stride: tiles.column_tile as u32,
-                    col_base,
-                    out_offset: if first_tile { 0 } else { kc as u32 },
-                    dense: 1,
-                    ..select
-                });
-                dispatches.push((Step::SelectRows, p, sx, sy));
-                if !first_tile {
-                    // Merge: the kc best of the running list and the tile's list.
-                    if let Some(per_group) = gpu.rows_per_subgroup_group() {
-                        let (mx, my) = grid(rows.div_ceil(per_group as usize));
-                        let p = params.push(SelectParams {
-                            len: cand_stride as u32,
-                            groups_x: mx,
-                            rows_per_group: per_group,
-                            ..select
-                        });
-                        dispatches.push((Step::MergePerSubgroup, p, mx, my));
-                    } else {
-                        let p = params.push(SelectParams { len: cand_stride as u32, ..select });
-                        dispatches.push((Step::SelectRows, p, sx, sy));
-                    }
-                }
-                first_tile = false;
-            }
-            let uniform = self.uniform(&params)?;
-            let distance_bind = bind_group(
+        let select_bind =
+            bind_group(device, &gpu.select.layout, &b.uniform, &[&b.dist, &b.aux_a, &b.aux_b, &b.candidates, &b.failed]);
+        let norms_bind = bind_group(
+            device,
+            &gpu.norms.layout,
+            &b.uniform,
+            &[&b.raw_queries, &self.shift, &b.queries.vectors, &b.queries.norms],
+        );
+        let distance_bind = |chunk: &PreparedRows| {
+            bind_group(
                 device,
                 &gpu.distance.layout,
-                &uniform,
-                &[&q.vectors, &chunk.vectors, &q.norms, &chunk.norms, &exclude_buf, &dist],
-            );
-            let select_bind = select_bind(&uniform);
-            {
-                let mut pass = encoder.begin_compute_pass(&Default::default());
-                for (step, offset, gx, gy) in dispatches {
-                    let (pipeline, bind) = match step {
-                        Step::Distance => (&gpu.distance.pipeline, &distance_bind),
-                        Step::SelectRows => (&gpu.select.pipeline, &select_bind),
-                        Step::MergePerSubgroup => {
-                            (gpu.merge_per_subgroup.as_ref().expect("only planned with subgroups"), &select_bind)
-                        }
+                &b.uniform,
+                &[&b.queries.vectors, &chunk.vectors, &b.queries.norms, &chunk.norms, &b.exclude, &b.dist],
+            )
+        };
+
+        // A resident corpus goes in one submission; a streamed one a chunk at a time.
+        let starts: Vec<usize> = (0..self.corpus.rows()).step_by(self.plan.chunk_rows).collect();
+        let batches: Vec<Vec<usize>> = if self.plan.resident {
+            vec![(0..starts.len()).collect()]
+        } else {
+            (0..starts.len()).map(|i| vec![i]).collect()
+        };
+        let mut first_tile = true;
+        for (batch_no, batch) in batches.iter().enumerate() {
+            let streamed: Vec<PreparedRows> = if self.plan.resident {
+                Vec::new()
+            } else {
+                batch
+                    .iter()
+                    .map(|&c| self.prepare_chunk(starts[c], self.plan.chunk_rows.min(self.corpus.rows() - starts[c])))
+                    .collect::<Result<_>>()?
+            };
+            let chunks: Vec<&PreparedRows> = if self.plan.resident {
+                batch.iter().map(|&c| &self.resident[c]).collect()
+            } else {
+                streamed.iter().collect()
+            };
+            let distance_binds: Vec<wgpu::BindGroup> = chunks.iter().map(|c| distance_bind(c)).collect();
+
+            let mut params = ParamSlots::default();
+            let mut jobs = Vec::new();
+            if batch_no == 0 {
+                let (gx, gy) = grid(rows);
+                let offset = params.push(self.norms_params(rows, d, gx));
+                jobs.push(Job { step: Step::Norms, offset, groups: (gx, gy), bind: &norms_bind });
+            }
+            for (chunk, dbind) in chunks.iter().zip(&distance_binds) {
+                for c0 in (0..chunk.rows).step_by(tiles.column_tile) {
+                    let cols = tiles.column_tile.min(chunk.rows - c0);
+                    let col_base = (chunk.first + c0) as u32;
+                    let (gx, gy) = grid(rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize));
+                    let offset = params.push(DistanceParams {
+                        q_rows: rows as u32,
+                        c_rows: cols as u32,
+                        dim4: d.div_ceil(4) as u32,
+                        c_offset: c0 as u32,
+                        col_base,
+                        out_stride: tiles.column_tile as u32,
+                        mode: metric_modes(self.metric).1,
+                        groups_x: gx,
+                    });
+                    jobs.push(Job { step: Step::Distance, offset, groups: (gx, gy), bind: dbind });
+                    let (sx, sy) = grid(rows);
+                    let select = SelectParams {
+                        rows: rows as u32,
+                        need: kc as u32,
+                        scratch_stride: tiles.scratch_stride as u32,
+                        out_stride: cand_stride as u32,
+                        groups_x: sx,
+                        ..Default::default()
                     };
-                    pass.set_pipeline(pipeline);
-                    pass.set_bind_group(0, bind, &[offset]);
-                    pass.dispatch_workgroups(gx, gy, 1);
+                    // The tile's kc best: straight into the running list for the first tile,
+                    // else beside it.
+                    let offset = params.push(SelectParams {
+                        len: cols as u32,
+                        in_stride: tiles.column_tile as u32,
+                        col_base,
+                        out_offset: if first_tile { 0 } else { kc as u32 },
+                        dense: 1,
+                        ..select
+                    });
+                    jobs.push(Job { step: Step::SelectRows, offset, groups: (sx, sy), bind: &select_bind });
+                    if !first_tile {
+                        // Merge: the kc best of the running list and the tile's list.
+                        let merge = SelectParams { len: cand_stride as u32, ..select };
+                        let (offset, groups) = match gpu.rows_per_subgroup_group() {
+                            Some(per_group) => {
+                                let groups = grid(rows.div_ceil(per_group as usize));
+                                (params.push(SelectParams { groups_x: groups.0, rows_per_group: per_group, ..merge }), groups)
+                            }
+                            None => (params.push(merge), (sx, sy)),
+                        };
+                        jobs.push(Job { step: Step::Merge, offset, groups, bind: &select_bind });
+                    }
+                    first_tile = false;
                 }
             }
-            gpu.ctx.queue.submit([encoder.finish()]);
-            gpu.ctx.wait()?;
+            gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
+            let mut encoder = device.create_command_encoder(&Default::default());
+            if batch_no == 0 {
+                encoder.clear_buffer(&b.failed, 0, None);
+            }
+            gpu.submit(encoder, &jobs)?;
         }
 
-        let pairs: Vec<[u32; 2]> = read_back(gpu, &cand)?;
-        let flags: Vec<u32> = read_back(gpu, &failed)?;
+        let started = std::time::Instant::now();
+        let pairs: Vec<[u32; 2]> = read_back(gpu, &b.candidates, Some(rows * cand_stride * 8))?;
+        let flags: Vec<u32> = read_back(gpu, &b.failed, Some(rows * 4))?;
+        gpu.add_transfer_time(started);
         for r in 0..rows {
             let dst = (q0 + r) * kc;
             for (slot, pair) in pairs[r * cand_stride..r * cand_stride + kc].iter().enumerate() {
@@ -559,9 +725,9 @@ fn bind_group(
     device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout, entries: &entries })
 }
 
-/// Copies a storage buffer to the host.
-fn read_back<T: bytemuck::Pod>(gpu: &GpuEngine, src: &wgpu::Buffer) -> Result<Vec<T>> {
-    let size = src.size();
+/// Copies the first `bytes` (default: all) of a buffer to the host.
+fn read_back<T: bytemuck::Pod>(gpu: &GpuEngine, src: &wgpu::Buffer, bytes: Option<usize>) -> Result<Vec<T>> {
+    let size = bytes.map_or(src.size(), |b| (b as u64).next_multiple_of(4).min(src.size()));
     let staging = gpu.buffer("staging", size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)?;
     let mut encoder = gpu.ctx.device.create_command_encoder(&Default::default());
     encoder.copy_buffer_to_buffer(src, 0, &staging, 0, size);

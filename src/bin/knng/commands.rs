@@ -12,6 +12,11 @@ use crate::{say, EngineArgs, Failure, GraphArgs, Outcome, SearchArgs};
 impl EngineArgs {
     /// Sizes the thread pool and opens the backend, reporting progress through `bar`.
     pub fn open(&self, include_self: bool, bar: &Bar) -> Outcome<Knn> {
+        self.open_profiled(include_self, false, bar)
+    }
+
+    /// [`EngineArgs::open`], optionally timing every GPU kernel.
+    pub fn open_profiled(&self, include_self: bool, profile: bool, bar: &Bar) -> Outcome<Knn> {
         if let Some(threads) = self.threads {
             rayon::ThreadPoolBuilder::new()
                 .num_threads(threads as usize)
@@ -24,6 +29,7 @@ impl EngineArgs {
             no_subgroups: self.no_subgroups,
             include_self,
             progress: bar.callback(),
+            profile,
             ..Options::default()
         };
         Ok(Knn::new(options)?)

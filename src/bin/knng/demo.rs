@@ -15,7 +15,7 @@ pub fn demo(a: DemoArgs) -> Outcome {
     }
     let bar = Bar::new(a.engine.quiet, "graph");
     let start = Instant::now();
-    let knn = a.engine.open(false, &bar)?;
+    let knn = a.engine.open_profiled(false, true, &bar)?;
     let init = start.elapsed().as_secs_f64();
     say(format!("backend: {} (ready in {})", knn.description(), seconds(init)));
 
@@ -97,7 +97,7 @@ pub fn bench(a: BenchArgs) -> Outcome {
 
     let bar = Bar::new(a.engine.quiet || a.json, "bench");
     let start = Instant::now();
-    let knn = a.engine.open(false, &bar)?;
+    let knn = a.engine.open_profiled(false, true, &bar)?;
     let init = start.elapsed().as_secs_f64();
     let mut best = f64::INFINITY;
     for _ in 0..a.repeat {
@@ -116,24 +116,54 @@ pub fn bench(a: BenchArgs) -> Outcome {
         say(format!(
             "{{\"what\":\"{what}\",\"n\":{n},\"queries\":{nq},\"d\":{d},\"k\":{k},\"metric\":\"{metric}\",\
              \"backend\":{},\"init_s\":{init:.6},\"seconds\":{best:.6},\"repeat\":{},\"rows_per_s\":{:.1},\
-             \"gflops\":{gflops:.3},\"rounds\":{},\"rows_widened\":{},\"rows_brute_forced\":{}}}",
+             \"gflops\":{gflops:.3},\"rounds\":{},\"rows_widened\":{},\"rows_brute_forced\":{},\
+             \"prepare_s\":{:.6},\"candidates_s\":{:.6},\"refine_s\":{:.6},\"gpu\":{}}}",
             json_string(&knn.description()),
             a.repeat,
             nq as f64 / best,
             stats.rounds,
             stats.rows_widened,
-            stats.rows_brute_forced
+            stats.rows_brute_forced,
+            stats.prepare_seconds,
+            stats.candidate_seconds,
+            stats.refine_seconds,
+            gpu_json(stats.gpu)
         ));
     } else {
         say(format!(
-            "{what} n={n} queries={nq} d={d} k={k} {metric} | {} | init {} | {} | {:.0} rows/s | {gflops:.1} GFLOP/s",
+            "{what} n={n} queries={nq} d={d} k={k} {metric} | {} | init {} | {} | {:.0} rows/s | {gflops:.1} GFLOP/s \
+             | prepare {} candidates {} refine {} (last run)",
             knn.description(),
             seconds(init),
             seconds(best),
-            nq as f64 / best
+            nq as f64 / best,
+            seconds(stats.prepare_seconds),
+            seconds(stats.candidate_seconds),
+            seconds(stats.refine_seconds)
         ));
+        if let Some(g) = stats.gpu {
+            say(format!(
+                "  gpu kernels: prepare rows {} | distance {} ({:.1} TFLOP/s) | select {} | merge {} | transfers {}",
+                seconds(g.prepare_rows),
+                seconds(g.distance),
+                2.0 * nq as f64 * n as f64 * d as f64 / g.distance.max(1e-12) / 1e12,
+                seconds(g.select),
+                seconds(g.merge),
+                seconds(g.transfers)
+            ));
+        }
     }
     Ok(())
+}
+
+fn gpu_json(g: Option<knng::GpuTimes>) -> String {
+    match g {
+        None => "null".into(),
+        Some(g) => format!(
+            "{{\"prepare_rows_s\":{:.6},\"distance_s\":{:.6},\"select_s\":{:.6},\"merge_s\":{:.6},\"transfers_s\":{:.6}}}",
+            g.prepare_rows, g.distance, g.select, g.merge, g.transfers
+        ),
+    }
 }
 
 fn json_string(s: &str) -> String {
