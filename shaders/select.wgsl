@@ -1,18 +1,22 @@
 // Quick multi-select: the `need` smallest (value, index) pairs of each row, one workgroup per
 // row, after Komarov, Dashti and D'Souza's GPU quick multi-select.
 //
-// Each pass partitions the current segment around a pivot into an auxiliary array: elements
-// below the pivot packed from the left, the rest from the right. Every invocation learns where
-// its element goes from `partition_ranks`, which is a subgroup ballot plus popcount with one
-// small scan across subgroups (rank_subgroup.wgsl) or, on adapters without subgroups, a
+// Each pass moves part of the current segment into an auxiliary array. Every invocation
+// learns where its element goes from `partition_ranks`: a subgroup ballot plus popcount with
+// one small scan across subgroups (rank_subgroup.wgsl) or, on adapters without subgroups, a
 // workgroup-memory prefix sum (rank_workgroup.wgsl). The host appends one of the two files.
 //
-// Left parts that are wholly kept are not copied: a small stack remembers (array, start,
-// length) and the answer is gathered from it once at the end. The whole loop runs on the GPU.
-//
-// The pivot is the sample at the `need / len` quantile of WG evenly spaced samples of the
-// segment, so a pass usually shrinks the segment to little more than `need`. Ties are handled
-// by a second pass with `<=` against the same pivot when nothing lies strictly below it.
+// Passes (the whole loop runs on the GPU, no host round trip):
+// - FILTER around a sampled pivot p: elements < p packed from the left, elements == p from the
+//   right end, elements > p not written at all. The pivot is the sample just above the
+//   need/len quantile of 64 evenly spaced samples, so usually at least `need` elements fall
+//   below it and the segment shrinks to a few times `need` for the cost of one read.
+// - PARTITION (Komarov's two-sided pass, `<=` p left, > p right) when the filter found fewer
+//   than `need` elements <= p: the left part is kept and the search goes on to the right.
+// - THRESHOLD, first on a distance tile after the first: the running list's largest key is a
+//   bound, and only elements below it are written; usually almost none are.
+// Kept parts are not copied: a small stack remembers (array, start, length) and the answer is
+// gathered from it once at the end.
 //
 // Input is either a dense row of f32 keys (index = col_base + position) or a row of pairs
 // already in the output buffer (merging a tile's candidates into the running list).
@@ -42,6 +46,11 @@ const INF_BITS: u32 = 0x7f800000u;
 const SRC_INPUT: u32 = 0u;
 const SRC_A: u32 = 1u;
 const SRC_B: u32 = 2u;
+// Pass kinds.
+const FILTER: u32 = 0u;
+const PARTITION: u32 = 1u;
+const THRESHOLD: u32 = 2u;
+const SAMPLES: u32 = 64u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> dense_in: array<f32>;
@@ -54,7 +63,7 @@ var<workgroup> seg_src: u32;
 var<workgroup> seg_start: u32;
 var<workgroup> seg_len: u32;
 var<workgroup> seg_need: u32;
-var<workgroup> seg_or_equal: u32;
+var<workgroup> seg_kind: u32;
 var<workgroup> pivot_bits: u32;
 var<workgroup> stack_top: u32;
 var<workgroup> stack_src: array<u32, 64>;
@@ -91,25 +100,54 @@ fn push_segment(src: u32, start: u32, len: u32) {
     stack_top = t + 1u;
 }
 
-// Chooses the pivot for the segment: the sample just above the need/len quantile.
+// Chooses the pivot for the segment from SAMPLES evenly spaced samples: exactly the element
+// of rank `need` when the samples are the whole segment, else a little above the need/len
+// quantile, so that the filter keeps at least `need` elements with high probability.
 fn choose_pivot(lid: u32, row: u32, src: u32, start: u32, len: u32, need: u32) {
-    let n_samples = min(len, WG);
-    let stride = max(len / WG, 1u);
-    var mine = bitcast<f32>(INF_BITS);
-    if (lid < n_samples) {
-        mine = bitcast<f32>(load_pair(src, row, start + lid * stride).x);
+    let n_samples = min(len, SAMPLES);
+    let stride = max(len / SAMPLES, 1u);
+    if (lid < SAMPLES) {
+        var v = bitcast<f32>(INF_BITS);
+        if (lid < n_samples) {
+            v = bitcast<f32>(load_pair(src, row, start + lid * stride).x);
+        }
+        samples[lid] = v;
     }
-    samples[lid] = mine;
     workgroupBarrier();
-    var rank = 0u;
-    for (var j = 0u; j < WG; j++) {
-        let s = samples[j];
-        rank += select(0u, 1u, s < mine || (s == mine && j < lid));
+    if (lid < n_samples) {
+        let mine = samples[lid];
+        var rank = 0u;
+        for (var j = 0u; j < SAMPLES; j++) {
+            let s = samples[j];
+            rank += select(0u, 1u, s < mine || (s == mine && j < lid));
+        }
+        var target_rank = need;
+        if (len > SAMPLES) {
+            let q = f32(need) / f32(len) * f32(SAMPLES);
+            target_rank = min(n_samples - 1u, u32(q + 2.0 * sqrt(q) + 2.0));
+        }
+        if (rank == target_rank) {
+            pivot_bits = bitcast<u32>(mine);
+        }
     }
-    let quantile = f32(need) / f32(len) * f32(n_samples);
-    let target_rank = min(n_samples - 1u, u32(quantile) + 1u);
-    if (lid < n_samples && rank == target_rank) {
-        pivot_bits = bitcast<u32>(mine);
+    workgroupBarrier();
+}
+
+// The largest key of the running list at the start of the output row, into pivot_bits:
+// nothing at or above it can improve the list.
+fn running_bound(lid: u32, row: u32) {
+    var m = bitcast<f32>(0xff800000u);
+    for (var i = lid; i < params.need; i += WG) {
+        m = max(m, bitcast<f32>(out[row * params.out_stride + i].x));
+    }
+    samples[lid] = m;
+    workgroupBarrier();
+    if (lid == 0u) {
+        var all = m;
+        for (var j = 1u; j < WG; j++) {
+            all = max(all, samples[j]);
+        }
+        pivot_bits = bitcast<u32>(all);
     }
     workgroupBarrier();
 }
@@ -121,12 +159,19 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
     if (row >= params.rows) {
         return;
     }
+    // After the first distance tile the running list bounds what is worth keeping.
+    var first_kind = FILTER;
+    if (params.dense == 1u && params.out_offset != 0u) {
+        // Leaves the bound in pivot_bits for the first pass.
+        running_bound(lid, row);
+        first_kind = THRESHOLD;
+    }
     if (lid == 0u) {
         seg_src = SRC_INPUT;
         seg_start = 0u;
         seg_len = params.len;
         seg_need = params.need;
-        seg_or_equal = 0u;
+        seg_kind = first_kind;
         stack_top = 0u;
     }
     workgroupBarrier();
@@ -137,12 +182,12 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
         let len = workgroupUniformLoad(&seg_len);
         let src = workgroupUniformLoad(&seg_src);
         let start = workgroupUniformLoad(&seg_start);
-        let or_equal = workgroupUniformLoad(&seg_or_equal);
+        let kind = workgroupUniformLoad(&seg_kind);
         if (need == 0u) {
             finished = true;
             break;
         }
-        if (len <= need) {
+        if (len <= need && kind != THRESHOLD) {
             if (lid == 0u) {
                 push_segment(src, start, len);
                 seg_need = 0u;
@@ -150,14 +195,15 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
             finished = true;
             break;
         }
-        if (or_equal == 0u) {
+        if (kind == FILTER) {
             choose_pivot(lid, row, src, start, len, need);
         }
         let pivot = bitcast<f32>(workgroupUniformLoad(&pivot_bits));
         let dst = select(SRC_A, SRC_B, src == SRC_A);
 
-        var n_left = 0u;
-        var n_right = 0u;
+        // `a` elements are packed from the left, `b` elements from the right end.
+        var n_a = 0u;
+        var n_b = 0u;
         for (var base = 0u; base < len; base += WG) {
             let i = base + lid;
             let valid = i < len;
@@ -166,38 +212,60 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
                 e = load_pair(src, row, start + i);
             }
             let v = bitcast<f32>(e.x);
-            let goes_left = select(v < pivot, v <= pivot, or_equal == 1u);
-            let left = valid && goes_left;
-            let right = valid && !goes_left;
-            let r = partition_ranks(left, right, lid, lane, sg_id, sg_count);
-            if (left) {
-                store_pair(dst, row, start + n_left + r.x, e);
+            var a = v < pivot;
+            var b = v == pivot;
+            if (kind == PARTITION) {
+                a = v <= pivot;
+                b = v > pivot;
+            } else if (kind == THRESHOLD) {
+                b = false;
             }
-            if (right) {
-                store_pair(dst, row, start + len - 1u - (n_right + r.z), e);
+            a = a && valid;
+            b = b && valid;
+            let r = partition_ranks(a, b, lid, lane, sg_id, sg_count);
+            if (a) {
+                store_pair(dst, row, start + n_a + r.x, e);
             }
-            n_left += r.y;
-            n_right += r.w;
+            if (b) {
+                store_pair(dst, row, start + len - 1u - (n_b + r.z), e);
+            }
+            n_a += r.y;
+            n_b += r.w;
         }
         storageBarrier();
 
         if (lid == 0u) {
-            seg_src = dst;
-            seg_or_equal = 0u;
-            if (or_equal == 1u && n_left >= need) {
-                // Every left element equals the pivot: any `need` of them complete the answer.
-                push_segment(dst, start, need);
+            if (kind == THRESHOLD) {
+                seg_src = dst;
+                seg_kind = FILTER;
+                if (n_a <= need) {
+                    // Everything below the bound fits: the rest of the row is padding.
+                    push_segment(dst, start, n_a);
+                    seg_need = 0u;
+                } else {
+                    seg_len = n_a;
+                }
+            } else if (kind == PARTITION) {
+                // n_a < need elements are <= the pivot: keep them, search the rest.
+                push_segment(dst, start, n_a);
+                seg_src = dst;
+                seg_need = need - n_a;
+                seg_start = start + n_a;
+                seg_len = len - n_a;
+                seg_kind = FILTER;
+            } else if (n_a >= need) {
+                seg_src = dst;
+                seg_len = n_a;
+            } else if (n_a + n_b >= need) {
+                // All below the pivot, and enough of those equal to it.
+                if (n_a > 0u) {
+                    push_segment(dst, start, n_a);
+                }
+                push_segment(dst, start + len - (need - n_a), need - n_a);
                 seg_need = 0u;
-            } else if (n_left >= need) {
-                seg_len = n_left;
-            } else if (n_left > 0u) {
-                push_segment(dst, start, n_left);
-                seg_need = need - n_left;
-                seg_start = start + n_left;
-                seg_len = len - n_left;
             } else {
-                // The pivot is the segment's minimum: split off the elements equal to it.
-                seg_or_equal = 1u;
+                // Too few at or below the pivot: split the segment around it, both sides.
+                seg_kind = PARTITION;
             }
         }
         workgroupBarrier();
