@@ -36,8 +36,6 @@ override WG: u32 = (BM / 8u) * (BN / 8u);
 // 4 x 4 blocks per slice: BM / 4 x BK / 4 of queries, then BN / 4 x BK / 4 of corpus.
 override Q_BLOCKS: u32 = (BM / 4u) * (BK / 4u);
 override BLOCKS: u32 = Q_BLOCKS + (BN / 4u) * (BK / 4u);
-// Blocks each invocation loads per slice (at most 2 with the default shapes).
-const MAX_LOADS: u32 = 2u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> queries: array<vec4<f32>>;
@@ -51,32 +49,41 @@ const MAX_LOADS: u32 = 2u;
 var<workgroup> q_tile: array<vec4<f32>, BK * BM / 4u>;
 var<workgroup> c_tile: array<vec4<f32>, BK * BN / 4u>;
 
+// Four rows (or corpus rows) at four depths each.
 struct Block {
-    r: array<vec4<f32>, 4>, // four rows (or corpus rows), four depths each
+    r0: vec4<f32>,
+    r1: vec4<f32>,
+    r2: vec4<f32>,
+    r3: vec4<f32>,
+}
+
+fn load_vec4(is_query: bool, row: u32, k4: u32) -> vec4<f32> {
+    if (k4 >= params.dim4) {
+        return vec4<f32>(0.0);
+    }
+    if (is_query) {
+        if (row < params.q_rows) {
+            return queries[row * params.dim4 + k4];
+        }
+    } else if (row < params.c_rows) {
+        return corpus[(params.c_offset + row) * params.dim4 + k4];
+    }
+    return vec4<f32>(0.0);
 }
 
 // Loads 4 x 4 block `b` of the slice starting at vec4 depth k4.
 fn load_block(b: u32, k4: u32, row0: u32, col0: u32) -> Block {
-    var out: Block;
     let is_query = b < Q_BLOCKS;
     let local = select(b - Q_BLOCKS, b, is_query);
     let rows_per_slice = select(BN, BM, is_query) / 4u;
-    let m = (local % rows_per_slice) * 4u;
-    let kk = local / rows_per_slice;
-    for (var i = 0u; i < 4u; i++) {
-        var v = vec4<f32>(0.0);
-        if (k4 + kk < params.dim4) {
-            if (is_query) {
-                if (row0 + m + i < params.q_rows) {
-                    v = queries[(row0 + m + i) * params.dim4 + k4 + kk];
-                }
-            } else if (col0 + m + i < params.c_rows) {
-                v = corpus[(params.c_offset + col0 + m + i) * params.dim4 + k4 + kk];
-            }
-        }
-        out.r[i] = v;
-    }
-    return out;
+    let m = select(col0, row0, is_query) + (local % rows_per_slice) * 4u;
+    let k = k4 + local / rows_per_slice;
+    return Block(
+        load_vec4(is_query, m, k),
+        load_vec4(is_query, m + 1u, k),
+        load_vec4(is_query, m + 2u, k),
+        load_vec4(is_query, m + 3u, k),
+    );
 }
 
 // Writes block `b` transposed: one vec4 of four rows per depth.
@@ -85,14 +92,53 @@ fn store_block(b: u32, blk: Block) {
     let local = select(b - Q_BLOCKS, b, is_query);
     let rows_per_slice = select(BN, BM, is_query) / 4u;
     let m4 = local % rows_per_slice;
-    let kk = local / rows_per_slice;
-    for (var j = 0u; j < 4u; j++) {
-        let v = vec4<f32>(blk.r[0][j], blk.r[1][j], blk.r[2][j], blk.r[3][j]);
-        let k = kk * 4u + j;
-        if (is_query) {
-            q_tile[k * (BM / 4u) + m4] = v;
-        } else {
-            c_tile[k * (BN / 4u) + m4] = v;
+    let k = (local / rows_per_slice) * 4u;
+    let t0 = vec4<f32>(blk.r0.x, blk.r1.x, blk.r2.x, blk.r3.x);
+    let t1 = vec4<f32>(blk.r0.y, blk.r1.y, blk.r2.y, blk.r3.y);
+    let t2 = vec4<f32>(blk.r0.z, blk.r1.z, blk.r2.z, blk.r3.z);
+    let t3 = vec4<f32>(blk.r0.w, blk.r1.w, blk.r2.w, blk.r3.w);
+    if (is_query) {
+        q_tile[k * (BM / 4u) + m4] = t0;
+        q_tile[(k + 1u) * (BM / 4u) + m4] = t1;
+        q_tile[(k + 2u) * (BM / 4u) + m4] = t2;
+        q_tile[(k + 3u) * (BM / 4u) + m4] = t3;
+    } else {
+        c_tile[k * (BN / 4u) + m4] = t0;
+        c_tile[(k + 1u) * (BN / 4u) + m4] = t1;
+        c_tile[(k + 2u) * (BN / 4u) + m4] = t2;
+        c_tile[(k + 3u) * (BN / 4u) + m4] = t3;
+    }
+}
+
+fn key(mode: u32, qn: f32, cn: f32, dot: f32) -> f32 {
+    if (mode == 0u) {
+        return qn + cn - 2.0 * dot;
+    }
+    if (mode == 1u) {
+        return 1.0 - dot;
+    }
+    return -dot;
+}
+
+// Epilogue for one row: columns c..c+3 from `d0`, c+BN/2..c+BN/2+3 from `d1`.
+fn store_row(r: u32, c: u32, d0: vec4<f32>, d1: vec4<f32>) {
+    if (r >= params.q_rows) {
+        return;
+    }
+    let qn = q_norms[r];
+    let own = exclude[r];
+    let inf = bitcast<f32>(0x7f800000u);
+    for (var half = 0u; half < 2u; half++) {
+        let dots = select(d0, d1, half == 1u);
+        for (var j = 0u; j < 4u; j++) {
+            let col = c + j + half * (BN / 2u);
+            if (col < params.c_rows) {
+                var v = key(params.mode, qn, c_norms[params.c_offset + col], dots[j]);
+                if (own == params.col_base + col) {
+                    v = inf;
+                }
+                dist[r * params.out_stride + col] = v;
+            }
         }
     }
 }
@@ -112,34 +158,49 @@ fn distance_tile(
     let tx = lid % (BN / 8u);
     let ty = lid / (BN / 8u);
     let bk4 = BK / 4u;
+    // Each invocation loads block `lid` and, if there are more blocks than invocations,
+    // block `lid + WG` too.
+    let b_first = lid;
+    let b_second = lid + WG;
+    let has_second = b_second < BLOCKS;
 
-    var acc: array<vec4<f32>, 16>;
-    for (var i = 0u; i < 16u; i++) {
-        acc[i] = vec4<f32>(0.0);
-    }
+    var r0c0 = vec4<f32>(0.0);
+    var r0c1 = vec4<f32>(0.0);
+    var r1c0 = vec4<f32>(0.0);
+    var r1c1 = vec4<f32>(0.0);
+    var r2c0 = vec4<f32>(0.0);
+    var r2c1 = vec4<f32>(0.0);
+    var r3c0 = vec4<f32>(0.0);
+    var r3c1 = vec4<f32>(0.0);
+    var r4c0 = vec4<f32>(0.0);
+    var r4c1 = vec4<f32>(0.0);
+    var r5c0 = vec4<f32>(0.0);
+    var r5c1 = vec4<f32>(0.0);
+    var r6c0 = vec4<f32>(0.0);
+    var r6c1 = vec4<f32>(0.0);
+    var r7c0 = vec4<f32>(0.0);
+    var r7c1 = vec4<f32>(0.0);
 
-    var next: array<Block, MAX_LOADS>;
-    for (var l = 0u; l < MAX_LOADS; l++) {
-        let b = lid + l * WG;
-        if (b < BLOCKS) {
-            next[l] = load_block(b, 0u, row0, col0);
-        }
+    var next0 = load_block(b_first, 0u, row0, col0);
+    var next1 = next0;
+    if (has_second) {
+        next1 = load_block(b_second, 0u, row0, col0);
     }
     for (var k4 = 0u; k4 < params.dim4; k4 += bk4) {
-        for (var l = 0u; l < MAX_LOADS; l++) {
-            let b = lid + l * WG;
-            if (b < BLOCKS) {
-                store_block(b, next[l]);
-            }
+        if (b_first < BLOCKS) {
+            store_block(b_first, next0);
+        }
+        if (has_second) {
+            store_block(b_second, next1);
         }
         workgroupBarrier();
         // Prefetch the next slice while this one is multiplied.
         if (k4 + bk4 < params.dim4) {
-            for (var l = 0u; l < MAX_LOADS; l++) {
-                let b = lid + l * WG;
-                if (b < BLOCKS) {
-                    next[l] = load_block(b, k4 + bk4, row0, col0);
-                }
+            if (b_first < BLOCKS) {
+                next0 = load_block(b_first, k4 + bk4, row0, col0);
+            }
+            if (has_second) {
+                next1 = load_block(b_second, k4 + bk4, row0, col0);
             }
         }
         for (var k = 0u; k < BK; k++) {
@@ -147,44 +208,32 @@ fn distance_tile(
             let a1 = q_tile[k * (BM / 4u) + ty + BM / 8u];
             let b0 = c_tile[k * (BN / 4u) + tx];
             let b1 = c_tile[k * (BN / 4u) + tx + BN / 8u];
-            for (var i = 0u; i < 4u; i++) {
-                acc[i * 2u] = fma(vec4<f32>(a0[i]), b0, acc[i * 2u]);
-                acc[i * 2u + 1u] = fma(vec4<f32>(a0[i]), b1, acc[i * 2u + 1u]);
-                acc[8u + i * 2u] = fma(vec4<f32>(a1[i]), b0, acc[8u + i * 2u]);
-                acc[8u + i * 2u + 1u] = fma(vec4<f32>(a1[i]), b1, acc[8u + i * 2u + 1u]);
-            }
+            r0c0 = fma(vec4<f32>(a0.x), b0, r0c0);
+            r0c1 = fma(vec4<f32>(a0.x), b1, r0c1);
+            r1c0 = fma(vec4<f32>(a0.y), b0, r1c0);
+            r1c1 = fma(vec4<f32>(a0.y), b1, r1c1);
+            r2c0 = fma(vec4<f32>(a0.z), b0, r2c0);
+            r2c1 = fma(vec4<f32>(a0.z), b1, r2c1);
+            r3c0 = fma(vec4<f32>(a0.w), b0, r3c0);
+            r3c1 = fma(vec4<f32>(a0.w), b1, r3c1);
+            r4c0 = fma(vec4<f32>(a1.x), b0, r4c0);
+            r4c1 = fma(vec4<f32>(a1.x), b1, r4c1);
+            r5c0 = fma(vec4<f32>(a1.y), b0, r5c0);
+            r5c1 = fma(vec4<f32>(a1.y), b1, r5c1);
+            r6c0 = fma(vec4<f32>(a1.z), b0, r6c0);
+            r6c1 = fma(vec4<f32>(a1.z), b1, r6c1);
+            r7c0 = fma(vec4<f32>(a1.w), b0, r7c0);
+            r7c1 = fma(vec4<f32>(a1.w), b1, r7c1);
         }
         workgroupBarrier();
     }
 
-    let inf = bitcast<f32>(0x7f800000u);
-    for (var i = 0u; i < 8u; i++) {
-        let r = row0 + ty * 4u + (i % 4u) + (i / 4u) * (BM / 2u);
-        if (r >= params.q_rows) {
-            continue;
-        }
-        let qn = q_norms[r];
-        let own = exclude[r];
-        for (var half = 0u; half < 2u; half++) {
-            let dots = acc[i * 2u + half];
-            for (var j = 0u; j < 4u; j++) {
-                let c = col0 + tx * 4u + j + half * (BN / 2u);
-                if (c >= params.c_rows) {
-                    continue;
-                }
-                var key: f32;
-                if (params.mode == 0u) {
-                    key = qn + c_norms[params.c_offset + c] - 2.0 * dots[j];
-                } else if (params.mode == 1u) {
-                    key = 1.0 - dots[j];
-                } else {
-                    key = -dots[j];
-                }
-                if (own == params.col_base + c) {
-                    key = inf;
-                }
-                dist[r * params.out_stride + c] = key;
-            }
-        }
-    }
+    store_row(row0 + ty * 4u + 0u + 0u * (BM / 2u), col0 + tx * 4u, r0c0, r0c1);
+    store_row(row0 + ty * 4u + 1u + 0u * (BM / 2u), col0 + tx * 4u, r1c0, r1c1);
+    store_row(row0 + ty * 4u + 2u + 0u * (BM / 2u), col0 + tx * 4u, r2c0, r2c1);
+    store_row(row0 + ty * 4u + 3u + 0u * (BM / 2u), col0 + tx * 4u, r3c0, r3c1);
+    store_row(row0 + ty * 4u + 0u + 1u * (BM / 2u), col0 + tx * 4u, r4c0, r4c1);
+    store_row(row0 + ty * 4u + 1u + 1u * (BM / 2u), col0 + tx * 4u, r5c0, r5c1);
+    store_row(row0 + ty * 4u + 2u + 1u * (BM / 2u), col0 + tx * 4u, r6c0, r6c1);
+    store_row(row0 + ty * 4u + 3u + 1u * (BM / 2u), col0 + tx * 4u, r7c0, r7c1);
 }

@@ -107,7 +107,15 @@ enum Slot {
     Storage { read_only: bool },
 }
 
-fn kernel(ctx: &Context, name: &str, source: &str, entry: &str, slots: &[Slot], constants: &[(&str, f64)]) -> Kernel {
+fn kernel(
+    ctx: &Context,
+    name: &str,
+    source: &str,
+    entry: &str,
+    slots: &[Slot],
+    constants: &[(&str, f64)],
+    checks: Checks,
+) -> Kernel {
     let mut entries = vec![wgpu::BindGroupLayoutEntry {
         binding: 0,
         visibility: wgpu::ShaderStages::COMPUTE,
@@ -134,16 +142,31 @@ fn kernel(ctx: &Context, name: &str, source: &str, entry: &str, slots: &[Slot], 
     let device = &ctx.device;
     let layout =
         device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(name), entries: &entries });
-    let module = shader_module(ctx, name, source);
+    let module = shader_module(ctx, name, source, checks);
     let pipeline = pipeline(ctx, name, &layout, &module, entry, constants);
     Kernel { pipeline, layout }
 }
 
-fn shader_module(ctx: &Context, name: &str, source: &str) -> wgpu::ShaderModule {
-    ctx.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some(name),
-        source: wgpu::ShaderSource::Wgsl(source.into()),
-    })
+/// How much the runtime guards a shader's memory accesses.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Checks {
+    /// wgpu's bounds checks on every access.
+    Checked,
+    /// None: for kernels whose every access is guarded by an explicit range check in the
+    /// WGSL itself (the distance GEMM, where the checks cost most of its speed).
+    Unchecked,
+}
+
+fn shader_module(ctx: &Context, name: &str, source: &str, checks: Checks) -> wgpu::ShaderModule {
+    let desc = wgpu::ShaderModuleDescriptor { label: Some(name), source: wgpu::ShaderSource::Wgsl(source.into()) };
+    match checks {
+        Checks::Checked => ctx.device.create_shader_module(desc),
+        // SAFETY: only used for shaders whose storage and workgroup indices are all checked
+        // against the buffer extents in the shader (see `Checks::Unchecked`).
+        Checks::Unchecked => unsafe {
+            ctx.device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+        },
+    }
 }
 
 fn pipeline(
@@ -181,15 +204,31 @@ impl GpuEngine {
         let tile = [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", TILE_K as f64)];
         let select_slots = [RO, RW, RW, RW, RW];
         let (norms, distance, select, merge_per_subgroup) = ctx.allocating(|| {
-            let select = kernel(&ctx, "select", &shaders::select(ctx.subgroups), "select_rows", &select_slots, &[]);
+            let select = kernel(
+                &ctx,
+                "select",
+                &shaders::select(ctx.subgroups),
+                "select_rows",
+                &select_slots,
+                &[],
+                Checks::Checked,
+            );
             // Same module and layout, other entry point: pipelines share the bind groups.
             let merge = ctx.subgroups.then(|| {
-                let module = shader_module(&ctx, "select", &shaders::select(true));
+                let module = shader_module(&ctx, "select", &shaders::select(true), Checks::Checked);
                 pipeline(&ctx, "merge per subgroup", &select.layout, &module, "select_rows_per_subgroup", &[])
             });
             (
-                kernel(&ctx, "norms", shaders::NORMS, "prepare_rows", &[RO, RO, RW, RW], &[]),
-                kernel(&ctx, "distance", shaders::DISTANCE, "distance_tile", &[RO, RO, RO, RO, RO, RW], &tile),
+                kernel(&ctx, "norms", shaders::NORMS, "prepare_rows", &[RO, RO, RW, RW], &[], Checks::Checked),
+                kernel(
+                    &ctx,
+                    "distance",
+                    shaders::DISTANCE,
+                    "distance_tile",
+                    &[RO, RO, RO, RO, RO, RW],
+                    &tile,
+                    Checks::Unchecked,
+                ),
                 select,
                 merge,
             )
@@ -493,7 +532,12 @@ impl CorpusSession<'_> {
         let (gx, gy) = grid(rows);
         let offset = params.push(self.norms_params(rows, d, gx));
         let uniform = gpu.upload_uniform(&params)?;
-        let bind = bind_group(&gpu.ctx.device, &gpu.norms.layout, &uniform, &[&raw, &self.shift, &chunk.vectors, &chunk.norms]);
+        let bind = bind_group(
+            &gpu.ctx.device,
+            &gpu.norms.layout,
+            &uniform,
+            &[&raw, &self.shift, &chunk.vectors, &chunk.norms],
+        );
         let job = Job { step: Step::Norms, offset, groups: (gx, gy), bind: &bind };
         gpu.submit(gpu.ctx.device.create_command_encoder(&Default::default()), &[job])?;
         Ok(chunk)
@@ -551,8 +595,12 @@ impl CorpusSession<'_> {
                 wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             )?,
         };
-        let mut out =
-            Candidates { kc, keys: vec![f32::INFINITY; nq * kc], ids: vec![u32::MAX; nq * kc], failed: vec![false; nq] };
+        let mut out = Candidates {
+            kc,
+            keys: vec![f32::INFINITY; nq * kc],
+            ids: vec![u32::MAX; nq * kc],
+            failed: vec![false; nq],
+        };
         for q0 in (0..nq).step_by(q) {
             let rows = q.min(nq - q0);
             self.query_tile(queries, q0, rows, &exclude[q0..q0 + rows], kc, tiles, &buffers, &mut out)?;
@@ -578,12 +626,20 @@ impl CorpusSession<'_> {
         let d = queries.cols();
         let cand_stride = 2 * kc;
         let started = std::time::Instant::now();
-        gpu.ctx.queue.write_buffer(&b.raw_queries, 0, bytemuck::cast_slice(&queries.as_slice()[q0 * d..(q0 + rows) * d]));
+        gpu.ctx.queue.write_buffer(
+            &b.raw_queries,
+            0,
+            bytemuck::cast_slice(&queries.as_slice()[q0 * d..(q0 + rows) * d]),
+        );
         gpu.ctx.queue.write_buffer(&b.exclude, 0, bytemuck::cast_slice(exclude));
         gpu.add_transfer_time(started);
 
-        let select_bind =
-            bind_group(device, &gpu.select.layout, &b.uniform, &[&b.dist, &b.aux_a, &b.aux_b, &b.candidates, &b.failed]);
+        let select_bind = bind_group(
+            device,
+            &gpu.select.layout,
+            &b.uniform,
+            &[&b.dist, &b.aux_a, &b.aux_b, &b.candidates, &b.failed],
+        );
         let norms_bind = bind_group(
             device,
             &gpu.norms.layout,
@@ -672,7 +728,14 @@ impl CorpusSession<'_> {
                         let (offset, groups) = match gpu.rows_per_subgroup_group() {
                             Some(per_group) => {
                                 let groups = grid(rows.div_ceil(per_group as usize));
-                                (params.push(SelectParams { groups_x: groups.0, rows_per_group: per_group, ..merge }), groups)
+                                (
+                                    params.push(SelectParams {
+                                        groups_x: groups.0,
+                                        rows_per_group: per_group,
+                                        ..merge
+                                    }),
+                                    groups,
+                                )
                             }
                             None => (params.push(merge), (sx, sy)),
                         };
