@@ -34,7 +34,7 @@ const TILE_N: u32 = 128;
 const TILE_K: u32 = 16;
 // distance.wgsl loads at most two 4 x 4 operand blocks per invocation and slice.
 const _: () = assert!((TILE_M / 4 + TILE_N / 4) * (TILE_K / 4) <= 2 * (TILE_M / 8) * (TILE_N / 8));
-const _: () = assert!(TILE_M % 8 == 0 && TILE_N % 8 == 0 && TILE_K % 4 == 0);
+const _: () = assert!(TILE_M.is_multiple_of(8) && TILE_N.is_multiple_of(8) && TILE_K.is_multiple_of(4));
 
 /// `Params` of norms.wgsl.
 #[repr(C)]
