@@ -61,6 +61,9 @@ pub struct Options {
     /// Time every GPU kernel with timestamp queries (where the adapter supports them inside
     /// compute passes) and report the times in [`RunStats::gpu`].
     pub profile: bool,
+    /// Cap on workgroups per dispatch dimension (default: the adapter's limit, 65535).
+    /// Lower values force the 2-D dispatch path on small problems, for tests.
+    pub max_workgroups_per_dimension: Option<u32>,
 }
 
 impl std::fmt::Debug for Options {
@@ -73,6 +76,7 @@ impl std::fmt::Debug for Options {
             .field("memory_budget", &self.memory_budget)
             .field("progress", &self.progress.is_some())
             .field("profile", &self.profile)
+            .field("max_workgroups_per_dimension", &self.max_workgroups_per_dimension)
             .finish()
     }
 }

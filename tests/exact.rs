@@ -43,6 +43,9 @@ fn gpu(no_subgroups: bool, memory_budget: Option<u64>) -> Option<Knn> {
         adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
         no_subgroups,
         memory_budget,
+        // With small tiles, also cap dispatches at 3 workgroups per dimension so that every
+        // kernel runs on its 2-D dispatch path.
+        max_workgroups_per_dimension: memory_budget.map(|_| 3),
         ..Options::default()
     };
     let knn = Knn::new(options).unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));

@@ -97,6 +97,8 @@ pub(crate) struct GpuEngine {
     /// `select_rows_per_subgroup`, for merging short candidate lists, where subgroups exist.
     merge_per_subgroup: Option<wgpu::ComputePipeline>,
     profiler: Option<Profiler>,
+    /// Largest workgroup count per dispatch dimension.
+    max_groups: u32,
     max_binding: u64,
     /// Bytes the engine may allocate; halved after each out-of-memory error.
     budget: std::sync::atomic::AtomicU64,
@@ -258,7 +260,11 @@ impl GpuEngine {
         } else {
             None
         };
-        Ok(GpuEngine { ctx, norms, distance, select, merge_per_subgroup, profiler, max_binding, budget })
+        let mut max_groups = ctx.limits.max_compute_workgroups_per_dimension.max(1);
+        if let Some(m) = options.max_workgroups_per_dimension {
+            max_groups = max_groups.min(m.max(1));
+        }
+        Ok(GpuEngine { ctx, norms, distance, select, merge_per_subgroup, profiler, max_groups, max_binding, budget })
     }
 
     /// Rows per workgroup of `select_rows_per_subgroup`, when it exists: sized for the
@@ -376,9 +382,10 @@ impl ParamSlots {
     }
 }
 
-/// 2-D dispatch for `groups` workgroups: no dimension may exceed 65535.
-fn grid(groups: usize) -> (u32, u32) {
-    let x = groups.clamp(1, 65535);
+/// 2-D dispatch for `groups` workgroups: no dimension may exceed `max` (65535 on every
+/// adapter wgpu exposes). Kernels recover the linear index as x + y * groups_x.
+fn grid(groups: usize, max: u32) -> (u32, u32) {
+    let x = groups.clamp(1, max as usize);
     (x as u32, groups.div_ceil(x).max(1) as u32)
 }
 
@@ -529,7 +536,7 @@ impl CorpusSession<'_> {
             norms: gpu.buffer("corpus norms", (rows * 4) as u64, wgpu::BufferUsages::STORAGE)?,
         };
         let mut params = ParamSlots::default();
-        let (gx, gy) = grid(rows);
+        let (gx, gy) = grid(rows, gpu.max_groups);
         let offset = params.push(self.norms_params(rows, d, gx));
         let uniform = gpu.upload_uniform(&params)?;
         let bind = bind_group(
@@ -682,7 +689,7 @@ impl CorpusSession<'_> {
             let mut params = ParamSlots::default();
             let mut jobs = Vec::new();
             if batch_no == 0 {
-                let (gx, gy) = grid(rows);
+                let (gx, gy) = grid(rows, gpu.max_groups);
                 let offset = params.push(self.norms_params(rows, d, gx));
                 jobs.push(Job { step: Step::Norms, offset, groups: (gx, gy), bind: &norms_bind });
             }
@@ -690,7 +697,8 @@ impl CorpusSession<'_> {
                 for c0 in (0..chunk.rows).step_by(tiles.column_tile) {
                     let cols = tiles.column_tile.min(chunk.rows - c0);
                     let col_base = (chunk.first + c0) as u32;
-                    let (gx, gy) = grid(rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize));
+                    let (gx, gy) =
+                        grid(rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize), gpu.max_groups);
                     let offset = params.push(DistanceParams {
                         q_rows: rows as u32,
                         c_rows: cols as u32,
@@ -702,7 +710,7 @@ impl CorpusSession<'_> {
                         groups_x: gx,
                     });
                     jobs.push(Job { step: Step::Distance, offset, groups: (gx, gy), bind: dbind });
-                    let (sx, sy) = grid(rows);
+                    let (sx, sy) = grid(rows, gpu.max_groups);
                     let select = SelectParams {
                         rows: rows as u32,
                         need: kc as u32,
@@ -727,7 +735,7 @@ impl CorpusSession<'_> {
                         let merge = SelectParams { len: cand_stride as u32, ..select };
                         let (offset, groups) = match gpu.rows_per_subgroup_group() {
                             Some(per_group) => {
-                                let groups = grid(rows.div_ceil(per_group as usize));
+                                let groups = grid(rows.div_ceil(per_group as usize), gpu.max_groups);
                                 (
                                     params.push(SelectParams {
                                         groups_x: groups.0,
