@@ -17,7 +17,8 @@ use crate::refine::{self, Candidates, Query, Ranked, NONE};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Backend {
     /// A hardware GPU adapter when there is one, else the CPU. Software adapters (lavapipe,
-    /// llvmpipe) are slower than the CPU backend and are only used when forced.
+    /// llvmpipe) are slower than the CPU backend and are only used when forced. A problem too
+    /// large for the GPU's buffers (a huge k) is computed on the CPU instead.
     #[default]
     Auto,
     /// A GPU adapter (software ones included); an error when there is none.
@@ -185,6 +186,25 @@ impl Knn {
         k: usize,
         metric: Metric,
     ) -> Result<Neighbors> {
+        match self.run_on(&self.engine, corpus, queries, exclude, k, metric) {
+            // A problem the GPU cannot hold (a k whose candidate lists exceed its largest
+            // buffer) still has an answer: with `auto`, compute it on the CPU.
+            Err(Error::TooLargeForDevice(_)) if self.options.backend == Backend::Auto => {
+                self.run_on(&Engine::Cpu(CpuEngine::new()), corpus, queries, exclude, k, metric)
+            }
+            other => other,
+        }
+    }
+
+    fn run_on(
+        &self,
+        engine: &Engine,
+        corpus: MatrixRef<'_>,
+        queries: MatrixRef<'_>,
+        exclude: &[u32],
+        k: usize,
+        metric: Metric,
+    ) -> Result<Neighbors> {
         if corpus.rows() > NONE as usize {
             return Err(Error::arg("data", format!("{} rows exceed the limit of {} rows", corpus.rows(), NONE)));
         }
@@ -200,7 +220,7 @@ impl Knn {
         let mut kc = initial_candidates(k);
         let total = nq as u64;
 
-        let mut session = match &self.engine {
+        let mut session = match engine {
             Engine::Cpu(c) => Session::Cpu(c.open(corpus, &shift, metric)),
             Engine::Gpu(g) => Session::Gpu(retry_smaller(g, || g.open(corpus, &shift, metric))?),
         };
@@ -232,7 +252,7 @@ impl Knn {
             let cands: Candidates = match &mut session {
                 Session::Cpu(s) => s.candidates(q_view, ex_view, kc, &report),
                 Session::Gpu(s) => {
-                    let Engine::Gpu(g) = &self.engine else { unreachable!("a GPU session has a GPU engine") };
+                    let Engine::Gpu(g) = engine else { unreachable!("a GPU session has a GPU engine") };
                     retry_smaller(g, || s.candidates(q_view, ex_view, kc, &report))?
                 }
             };
@@ -269,7 +289,7 @@ impl Knn {
         if let Some(p) = &self.options.progress {
             p(total, total);
         }
-        if let Engine::Gpu(g) = &self.engine {
+        if let Engine::Gpu(g) = engine {
             stats.gpu = g.take_profile();
         }
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
