@@ -27,6 +27,7 @@ impl EngineArgs {
             backend: self.backend,
             adapter: self.adapter.clone(),
             no_subgroups: self.no_subgroups,
+            memory_budget: self.gpu_memory.map(|mib| mib << 20),
             include_self,
             progress: bar.callback(),
             profile,

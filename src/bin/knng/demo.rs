@@ -15,7 +15,7 @@ pub fn demo(a: DemoArgs) -> Outcome {
     }
     let bar = Bar::new(a.engine.quiet, "graph");
     let start = Instant::now();
-    let knn = a.engine.open_profiled(false, true, &bar)?;
+    let knn = a.engine.open(false, &bar)?;
     let init = start.elapsed().as_secs_f64();
     say(format!("backend: {} (ready in {})", knn.description(), seconds(init)));
 
@@ -97,7 +97,7 @@ pub fn bench(a: BenchArgs) -> Outcome {
 
     let bar = Bar::new(a.engine.quiet || a.json, "bench");
     let start = Instant::now();
-    let knn = a.engine.open_profiled(false, true, &bar)?;
+    let knn = a.engine.open_profiled(false, a.profile, &bar)?;
     let init = start.elapsed().as_secs_f64();
     let mut best = f64::INFINITY;
     for _ in 0..a.repeat {

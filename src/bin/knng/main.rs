@@ -58,6 +58,10 @@ struct EngineArgs {
     /// Use the workgroup prefix-sum select even where the adapter has subgroup operations.
     #[arg(long)]
     no_subgroups: bool,
+    /// GPU memory knng may allocate, in MiB (default 1024). Larger values mean fewer,
+    /// larger tiles; an out-of-memory error halves it and retries.
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
+    gpu_memory: Option<u64>,
     /// CPU threads (default: one per core).
     #[arg(long, value_name = "N", value_parser = at_least(1))]
     threads: Option<u64>,
@@ -167,6 +171,9 @@ struct BenchArgs {
     /// Seed of the synthetic data.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Time every GPU kernel with timestamp queries (adds a synchronisation per submission).
+    #[arg(long)]
+    profile: bool,
     /// Print one JSON object instead of a line of text.
     #[arg(long)]
     json: bool,
