@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The performance issue's configurations, knng against PyTorch, in one run on the device machine.
+
+Run from the repository root on the lent GPU machine (see ../shared/DEVICE.md), carrying
+`.gl` (the Vulkan loader), `.bench/torch_knn.py` (copied from ../shared/anchors) and
+`target/release/knng`:
+
+    python3 scripts/device_bench.py            # the main table
+    python3 scripts/device_bench.py --large    # also n = 2^20 (about a minute more)
+    python3 scripts/device_bench.py --scaling  # also the n and k scaling curves
+
+Prints one line per case: knng's time, the peer's time from the same run, and the ratio
+(knng / peer; lower is better), plus knng's per-kernel GPU times.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+KNNG = "./target/release/knng"
+TORCH = ".bench/torch_knn.py"
+
+
+def setup():
+    for deb in glob.glob(".gl/*.deb"):
+        subprocess.run(["dpkg", "-x", deb, "/"], check=True)
+    subprocess.run(["ldconfig"], check=True)
+    icd = "/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json"
+    if os.path.exists(icd):
+        os.environ["VK_DRIVER_FILES"] = icd
+
+
+def knng(n, d, k, extra=()):
+    cmd = [KNNG, "bench", "--backend", "gpu", "--n", str(n), "--d", str(d), "-k", str(k), "--json", "--profile", "-q", *extra]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed: {out.stderr.strip()}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def torch(*args):
+    out = subprocess.run([sys.executable, TORCH, *map(str, args)], capture_output=True, text=True, check=True)
+    line = out.stdout.strip().splitlines()[-1]
+    return line, float(re.search(r"([0-9.]+) ms", line).group(1))
+
+
+def graph_case(n, d, k, extra=()):
+    _, peer_ms = torch("graph", "--n", n, "--d", d, "--k", k)
+    r = knng(n, d, k, extra)
+    ms = r["seconds"] * 1e3
+    g = r.get("gpu") or {}
+    phases = " ".join(f"{name[:-2]}={v * 1e3:.0f}ms" for name, v in g.items())
+    print(f"graph n={n} d={d} k={k}: knng {ms:.1f} ms, torch {peer_ms:.1f} ms, ratio {ms / peer_ms:.2f} "
+          f"| refine {r['refine_s'] * 1e3:.0f}ms {phases}", flush=True)
+    return r
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--large", action="store_true")
+    p.add_argument("--scaling", action="store_true")
+    a = p.parse_args()
+    setup()
+    print(subprocess.run([KNNG, "info"], capture_output=True, text=True).stdout, flush=True)
+
+    graph_case(262144, 128, 10, ["--gpu-memory", "16384"])
+    if a.large:
+        graph_case(1048576, 96, 16, ["--gpu-memory", "16384"])
+    graph_case(65536, 128, 1000)
+    graph_case(16384, 4096, 512)
+
+    line, _ = torch("gemm", "--n", 8192)
+    cublas = float(re.search(r"([0-9.]+) TFLOP/s", line).group(1))
+    r = knng(65536, 128, 10)
+    tflops = 2 * 65536 * 65536 * 128 / r["gpu"]["distance_s"] / 1e12
+    print(f"distance kernel d=128: knng {tflops:.1f} TFLOP/s, cuBLAS {cublas:.1f} TFLOP/s, ratio {tflops / cublas:.2f}")
+    print("select only: not measured yet (knng bench has no select-only mode)")
+
+    if a.scaling:
+        for e in range(14, 21):
+            graph_case(2 ** e, 128, 16, ["--gpu-memory", "16384"])
+        for k in (1, 4, 16, 64, 256, 1024, 4096):
+            graph_case(65536, 128, k)
+
+
+if __name__ == "__main__":
+    main()
