@@ -18,20 +18,22 @@
 // Kept parts are not copied: a small stack remembers (array, start, length) and the answer is
 // gathered from it once at the end.
 //
-// Input is either a dense row of f32 keys (index = col_base + position) or a row of pairs
-// already in the output buffer (merging a tile's candidates into the running list).
+// Input is either a dense row of f32 keys (index = col_base + position) or two lists of pairs
+// already in the output buffer (merging a tile's candidates into the running list). The
+// output buffer holds the running lists of all rows first, so that they can be read back in
+// one contiguous copy, then the latest tile's lists.
 // A row that does not finish within MAX_PASSES sets its flag; the host then answers that row
 // another way, so a pathological row is slow but never wrong.
 
 struct Params {
     rows: u32,           // rows in this dispatch
     len: u32,            // input elements per row
-    in_stride: u32,      // row stride of a dense input
+    in_stride: u32,      // dense input: its row stride; pairs input: where the second list starts
     col_base: u32,       // global index of a dense row's first element
     need: u32,           // how many to select
     scratch_stride: u32, // row stride of the auxiliary arrays (>= len)
     out_stride: u32,     // row stride of the output, in pairs
-    out_offset: u32,     // where this selection goes within the output row
+    out_offset: u32,     // first pair of the output region (0: the running lists)
     dense: u32,          // 1: dense f32 input; 0: pairs at the start of the output row
     groups_x: u32,
     rows_per_group: u32, // rows per workgroup of select_rows_per_subgroup
@@ -81,7 +83,12 @@ fn load_pair(src: u32, row: u32, i: u32) -> vec2<u32> {
     if (params.dense == 1u) {
         return vec2<u32>(bitcast<u32>(dense_in[row * params.in_stride + i]), params.col_base + i);
     }
-    return out[row * params.out_stride + i];
+    // Merging: the running list (row's slot of the first region), then the tile's list (row's
+    // slot of the region that starts at in_stride), `need` pairs each.
+    if (i < params.need) {
+        return out[row * params.out_stride + i];
+    }
+    return out[params.in_stride + row * params.out_stride + (i - params.need)];
 }
 
 fn store_pair(dst: u32, row: u32, i: u32, e: vec2<u32>) {

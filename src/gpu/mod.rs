@@ -518,6 +518,9 @@ struct TileBuffers {
     aux_b: wgpu::Buffer,
     candidates: wgpu::Buffer,
     uniform: wgpu::Buffer,
+    /// Read-back of the running lists, then (at `flags_at`) the failure flags.
+    staging: wgpu::Buffer,
+    flags_at: u64,
 }
 
 impl CorpusSession<'_> {
@@ -601,6 +604,12 @@ impl CorpusSession<'_> {
                 (1 + 3 * column_tiles as u64) * PARAM_SLOT,
                 wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             )?,
+            staging: gpu.buffer(
+                "read-back",
+                (q * kc * 8 + q * 4) as u64,
+                wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            )?,
+            flags_at: (q * kc * 8) as u64,
         };
         let mut out = Candidates {
             kc,
@@ -631,7 +640,6 @@ impl CorpusSession<'_> {
         let gpu = self.gpu;
         let device = &gpu.ctx.device;
         let d = queries.cols();
-        let cand_stride = 2 * kc;
         let started = std::time::Instant::now();
         gpu.ctx.queue.write_buffer(
             &b.raw_queries,
@@ -711,28 +719,30 @@ impl CorpusSession<'_> {
                     });
                     jobs.push(Job { step: Step::Distance, offset, groups: (gx, gy), bind: dbind });
                     let (sx, sy) = grid(rows, gpu.max_groups);
+                    // Running lists of all rows first, then the latest tile's lists.
+                    let tile_region = (tiles.query_rows * kc) as u32;
                     let select = SelectParams {
                         rows: rows as u32,
                         need: kc as u32,
                         scratch_stride: tiles.scratch_stride as u32,
-                        out_stride: cand_stride as u32,
+                        out_stride: kc as u32,
                         groups_x: sx,
                         ..Default::default()
                     };
-                    // The tile's kc best: straight into the running list for the first tile,
-                    // else beside it.
+                    // The tile's kc best: straight into the running lists for the first tile,
+                    // else into the tile region.
                     let offset = params.push(SelectParams {
                         len: cols as u32,
                         in_stride: tiles.column_tile as u32,
                         col_base,
-                        out_offset: if first_tile { 0 } else { kc as u32 },
+                        out_offset: if first_tile { 0 } else { tile_region },
                         dense: 1,
                         ..select
                     });
                     jobs.push(Job { step: Step::SelectRows, offset, groups: (sx, sy), bind: &select_bind });
                     if !first_tile {
                         // Merge: the kc best of the running list and the tile's list.
-                        let merge = SelectParams { len: cand_stride as u32, ..select };
+                        let merge = SelectParams { len: 2 * kc as u32, in_stride: tile_region, ..select };
                         let (offset, groups) = match gpu.rows_per_subgroup_group() {
                             Some(per_group) => {
                                 let groups = grid(rows.div_ceil(per_group as usize), gpu.max_groups);
@@ -760,18 +770,27 @@ impl CorpusSession<'_> {
             gpu.submit(encoder, &jobs)?;
         }
 
+        // One copy of the running lists and the failure flags into the staging buffer.
         let started = std::time::Instant::now();
-        let pairs: Vec<[u32; 2]> = read_back(gpu, &b.candidates, Some(rows * cand_stride * 8))?;
-        let flags: Vec<u32> = read_back(gpu, &b.failed, Some(rows * 4))?;
-        gpu.add_transfer_time(started);
-        for r in 0..rows {
-            let dst = (q0 + r) * kc;
-            for (slot, pair) in pairs[r * cand_stride..r * cand_stride + kc].iter().enumerate() {
-                out.keys[dst + slot] = f32::from_bits(pair[0]);
-                out.ids[dst + slot] = pair[1];
+        let pair_bytes = (rows * kc * 8) as u64;
+        let mut encoder = device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(&b.candidates, 0, &b.staging, 0, pair_bytes);
+        encoder.copy_buffer_to_buffer(&b.failed, 0, &b.staging, b.flags_at, (rows * 4) as u64);
+        gpu.ctx.queue.submit([encoder.finish()]);
+        map_and_read(gpu, &b.staging, |bytes| {
+            let pairs: &[[u32; 2]] = bytemuck::cast_slice(&bytes[..pair_bytes as usize]);
+            let flags: &[u32] = bytemuck::cast_slice(&bytes[b.flags_at as usize..b.flags_at as usize + rows * 4]);
+            let keys = &mut out.keys[q0 * kc..(q0 + rows) * kc];
+            let ids = &mut out.ids[q0 * kc..(q0 + rows) * kc];
+            for ((pair, key), id) in pairs.iter().zip(keys).zip(ids) {
+                *key = f32::from_bits(pair[0]);
+                *id = pair[1];
             }
-            out.failed[q0 + r] = flags[r] != 0;
-        }
+            for (failed, &flag) in out.failed[q0..q0 + rows].iter_mut().zip(flags) {
+                *failed = flag != 0;
+            }
+        })?;
+        gpu.add_transfer_time(started);
         Ok(())
     }
 }
@@ -796,13 +815,8 @@ fn bind_group(
     device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout, entries: &entries })
 }
 
-/// Copies the first `bytes` (default: all) of a buffer to the host.
-fn read_back<T: bytemuck::Pod>(gpu: &GpuEngine, src: &wgpu::Buffer, bytes: Option<usize>) -> Result<Vec<T>> {
-    let size = bytes.map_or(src.size(), |b| (b as u64).next_multiple_of(4).min(src.size()));
-    let staging = gpu.buffer("staging", size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)?;
-    let mut encoder = gpu.ctx.device.create_command_encoder(&Default::default());
-    encoder.copy_buffer_to_buffer(src, 0, &staging, 0, size);
-    gpu.ctx.queue.submit([encoder.finish()]);
+/// Waits for submitted work, maps `staging` and hands its bytes to `read`.
+fn map_and_read(gpu: &GpuEngine, staging: &wgpu::Buffer, read: impl FnOnce(&[u8])) -> Result<()> {
     let (tx, rx) = mpsc::channel();
     staging.map_async(wgpu::MapMode::Read, .., move |r| {
         let _ = tx.send(r);
@@ -811,9 +825,22 @@ fn read_back<T: bytemuck::Pod>(gpu: &GpuEngine, src: &wgpu::Buffer, bytes: Optio
     rx.recv()
         .map_err(|_| Error::Gpu("buffer mapping was abandoned".into()))?
         .map_err(|e| Error::Gpu(format!("reading results back: {e}")))?;
-    let view = staging.get_mapped_range(..).map_err(|e| Error::Gpu(format!("reading results back: {e:?}")))?;
-    let values = bytemuck::pod_collect_to_vec(&view);
-    drop(view);
+    {
+        let view = staging.get_mapped_range(..).map_err(|e| Error::Gpu(format!("reading results back: {e:?}")))?;
+        read(&view);
+    }
     staging.unmap();
+    Ok(())
+}
+
+/// Copies the first `bytes` (default: all) of a buffer to the host.
+fn read_back<T: bytemuck::Pod>(gpu: &GpuEngine, src: &wgpu::Buffer, bytes: Option<usize>) -> Result<Vec<T>> {
+    let size = bytes.map_or(src.size(), |b| (b as u64).next_multiple_of(4).min(src.size()));
+    let staging = gpu.buffer("staging", size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)?;
+    let mut encoder = gpu.ctx.device.create_command_encoder(&Default::default());
+    encoder.copy_buffer_to_buffer(src, 0, &staging, 0, size);
+    gpu.ctx.queue.submit([encoder.finish()]);
+    let mut values = Vec::new();
+    map_and_read(gpu, &staging, |bytes| values = bytemuck::pod_collect_to_vec(bytes))?;
     Ok(values)
 }
