@@ -41,7 +41,8 @@
 mod cpu;
 mod data;
 mod error;
-mod gpu;
+#[doc(hidden)]
+pub mod gpu;
 pub mod io;
 mod metric;
 mod plan;
@@ -55,9 +56,8 @@ pub use gpu::{adapters, AdapterReport, GpuTimes};
 pub use metric::Metric;
 pub use search::{graph, search, Backend, Knn, Options, Progress, RunStats};
 
-/// The complete WGSL modules knng builds: (name, source, needs subgroup operations). For
-/// shader validation tests.
+/// The complete WGSL modules knng builds, for shader validation tests.
 #[doc(hidden)]
-pub fn gpu_shader_sources() -> Vec<(&'static str, String, bool)> {
+pub fn gpu_shader_sources() -> Vec<gpu::shaders::ShaderModuleInfo> {
     gpu::shaders::all()
 }

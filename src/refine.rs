@@ -29,6 +29,9 @@ pub(crate) struct Candidates {
     pub ids: Vec<u32>,
     /// Rows the backend could not finish; they are answered by brute force.
     pub failed: Vec<bool>,
+    /// Exact float64 ranking keys of the candidates, `queries x kc`, when the backend
+    /// computed them (the GPU with SHADER_F64); otherwise the host computes them.
+    pub exact: Option<Vec<f64>>,
 }
 
 /// What one query asks.
@@ -59,11 +62,23 @@ fn top_k(mut all: Vec<(f64, u32)>, k: usize) -> Ranked {
 }
 
 /// Re-ranks one query's candidates exactly. `None` when the certificate fails.
-pub(crate) fn refine(q: Query<'_>, keys: &[f32], ids: &[u32], available: usize, error_bound: f64) -> Option<Ranked> {
+/// `exact_keys`, when given, holds the float64 keys of the candidates, computed by the backend.
+pub(crate) fn refine(
+    q: Query<'_>,
+    keys: &[f32],
+    ids: &[u32],
+    exact_keys: Option<&[f64]>,
+    available: usize,
+    error_bound: f64,
+) -> Option<Ranked> {
     let exact: Vec<(f64, u32)> = ids
         .iter()
-        .filter(|&&j| j != NONE && j != q.exclude)
-        .map(|&j| (q.metric.rank_key_f64(q.vector, q.corpus.row(j as usize)), j))
+        .enumerate()
+        .filter(|&(_, &j)| j != NONE && j != q.exclude)
+        .map(|(slot, &j)| match exact_keys {
+            Some(e) => (e[slot], j),
+            None => (q.metric.rank_key_f64(q.vector, q.corpus.row(j as usize)), j),
+        })
         .collect();
     let complete = exact.len() >= available || exact.len() < ids.len();
     if exact.len() < q.k {
@@ -108,7 +123,7 @@ mod tests {
         let corpus = line(10);
         let at = [0.0f32];
         // The 4 nearest of 0..10 to 0 are 0,1,2,3 (keys 0,1,4,9); fp32 keys exact here.
-        let got = refine(query(&corpus, &at, 2), &[0.0, 1.0, 4.0, 9.0], &[0, 1, 2, 3], 10, 1e-6).unwrap();
+        let got = refine(query(&corpus, &at, 2), &[0.0, 1.0, 4.0, 9.0], &[0, 1, 2, 3], None, 10, 1e-6).unwrap();
         assert_eq!(got, vec![(0.0, 0), (1.0, 1)]);
     }
 
@@ -117,7 +132,7 @@ mod tests {
         let corpus = line(10);
         let at = [0.0f32];
         // Largest candidate key 9 minus a bound of 8.5 leaves 0.5 < the 2nd exact key (1).
-        assert!(refine(query(&corpus, &at, 2), &[0.0, 1.0, 4.0, 9.0], &[0, 1, 2, 3], 10, 8.5).is_none());
+        assert!(refine(query(&corpus, &at, 2), &[0.0, 1.0, 4.0, 9.0], &[0, 1, 2, 3], None, 10, 8.5).is_none());
     }
 
     #[test]
@@ -126,15 +141,15 @@ mod tests {
         let at = [0.0f32];
         // Row 1 is missing: the exact 2nd is row 2 (key 4); keys of 4 and 9 with a bound of 6
         // cannot exclude an outsider at 3 or more.
-        assert!(refine(query(&corpus, &at, 2), &[0.0, 4.0, 9.0], &[0, 2, 3], 10, 6.0).is_none());
+        assert!(refine(query(&corpus, &at, 2), &[0.0, 4.0, 9.0], &[0, 2, 3], None, 10, 6.0).is_none());
     }
 
     #[test]
     fn padded_candidate_lists_are_complete() {
         let corpus = line(3);
         let at = [2.5f32];
-        let got =
-            refine(query(&corpus, &at, 3), &[0.25, 2.25, 6.25, f32::INFINITY], &[2, 1, 0, NONE], 3, 100.0).unwrap();
+        let got = refine(query(&corpus, &at, 3), &[0.25, 2.25, 6.25, f32::INFINITY], &[2, 1, 0, NONE], None, 3, 100.0)
+            .unwrap();
         assert_eq!(got.iter().map(|e| e.1).collect::<Vec<_>>(), vec![2, 1, 0]);
     }
 

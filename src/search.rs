@@ -96,6 +96,9 @@ pub struct RunStats {
     pub rows_widened: usize,
     /// Query rows the backend could not finish and that were answered by float64 brute force.
     pub rows_brute_forced: usize,
+    /// Candidate lists whose float64 keys were computed on the GPU (adapters with
+    /// SHADER_F64) rather than on the host, summed over rounds.
+    pub rows_reranked_on_gpu: usize,
     /// Seconds spent on float64 row statistics and on preparing the corpus on the backend.
     pub prepare_seconds: f64,
     /// Seconds spent finding fp32 candidates (GPU or CPU GEMM and selection, with uploads
@@ -257,6 +260,9 @@ impl Knn {
                 }
             };
             stats.candidate_seconds += clock.elapsed().as_secs_f64();
+            if cands.exact.is_some() {
+                stats.rows_reranked_on_gpu += pending.len();
+            }
             let clock = std::time::Instant::now();
             let brute_forced = std::sync::atomic::AtomicUsize::new(0);
             let results: Vec<(usize, Option<Ranked>)> = pending
@@ -269,8 +275,9 @@ impl Knn {
                         return (i, Some(refine::brute_force(q)));
                     }
                     let range = slot * cands.kc..(slot + 1) * cands.kc;
+                    let exact = cands.exact.as_ref().map(|e| &e[range.clone()]);
                     let bound = prepare::key_error_bound(metric, d, query_stats.scale[i], corpus_max);
-                    (i, refine::refine(q, &cands.keys[range.clone()], &cands.ids[range], available(i), bound))
+                    (i, refine::refine(q, &cands.keys[range.clone()], &cands.ids[range], exact, available(i), bound))
                 })
                 .collect();
             stats.rows_brute_forced += brute_forced.into_inner();

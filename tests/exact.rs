@@ -10,11 +10,13 @@ mod common;
 use common::{cases, check, larger_cases, Case};
 use knng::{Backend, Knn, Options};
 
-fn run_table(knn: &Knn) {
-    run_cases(knn, cases());
+/// `default_budget`: the engine runs with the default memory budget, so every case's corpus
+/// is resident in one binding.
+fn run_table(knn: &Knn, default_budget: bool) {
+    run_cases(knn, cases(), default_budget);
 }
 
-fn run_cases(knn: &Knn, cases: Vec<Case>) {
+fn run_cases(knn: &Knn, cases: Vec<Case>, default_budget: bool) {
     for case in cases {
         let label = format!("[{}] {}", knn.description(), case.name);
         match &case.queries {
@@ -31,6 +33,11 @@ fn run_cases(knn: &Knn, cases: Vec<Case>) {
         }
         let stats = knn.last_run();
         eprintln!("{label}: {stats:?}");
+        // Adapters with f64 re-rank on the GPU whenever the corpus fits in one binding, as
+        // every case of the default-budget tables does.
+        if default_budget && knn.description().contains("f64 re-ranking") {
+            assert!(stats.rows_reranked_on_gpu > 0, "{label}: the GPU re-ranking did not run");
+        }
         // The float64 brute force is a safety net, not a path that may carry a test.
         assert_eq!(stats.rows_brute_forced, 0, "{label}: the backend failed to select rows");
     }
@@ -72,31 +79,31 @@ const TINY_BUDGET: u64 = 48 << 10;
 fn cpu_backend_matches_float64_oracle() {
     let knn = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
     assert!(!knn.is_gpu());
-    run_table(&knn);
+    run_table(&knn, true);
 }
 
 #[test]
 fn gpu_subgroup_select_matches_float64_oracle() {
     if let Some(knn) = gpu(false, None) {
-        run_table(&knn);
+        run_table(&knn, true);
     }
 }
 
 #[test]
 fn gpu_workgroup_select_matches_float64_oracle() {
-    run_table(&gpu(true, None).expect("the workgroup select runs on every adapter"));
+    run_table(&gpu(true, None).expect("the workgroup select runs on every adapter"), true);
 }
 
 #[test]
 fn gpu_subgroup_select_small_tiles_matches_float64_oracle() {
     if let Some(knn) = gpu(false, Some(TINY_BUDGET)) {
-        run_table(&knn);
+        run_table(&knn, false);
     }
 }
 
 #[test]
 fn gpu_workgroup_select_small_tiles_matches_float64_oracle() {
-    run_table(&gpu(true, Some(TINY_BUDGET)).expect("the workgroup select runs on every adapter"));
+    run_table(&gpu(true, Some(TINY_BUDGET)).expect("the workgroup select runs on every adapter"), false);
 }
 
 /// Budget that cuts the larger cases into several chunks, query tiles and distance tiles.
@@ -104,17 +111,21 @@ const SMALL_BUDGET: u64 = 2 << 20;
 
 #[test]
 fn cpu_backend_larger_cases() {
-    run_cases(&Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap(), larger_cases());
+    run_cases(&Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap(), larger_cases(), false);
 }
 
 #[test]
 fn gpu_subgroup_select_larger_cases() {
     if let Some(knn) = gpu(false, Some(SMALL_BUDGET)) {
-        run_cases(&knn, larger_cases());
+        run_cases(&knn, larger_cases(), false);
     }
 }
 
 #[test]
 fn gpu_workgroup_select_larger_cases() {
-    run_cases(&gpu(true, Some(SMALL_BUDGET)).expect("the workgroup select runs on every adapter"), larger_cases());
+    run_cases(
+        &gpu(true, Some(SMALL_BUDGET)).expect("the workgroup select runs on every adapter"),
+        larger_cases(),
+        false,
+    );
 }

@@ -157,6 +157,6 @@ impl CorpusSession<'_> {
                 report(done.fetch_add(rows, Ordering::Relaxed) + rows);
             },
         );
-        Candidates { kc, keys, ids, failed: vec![false; nq] }
+        Candidates { kc, keys, ids, failed: vec![false; nq], exact: None }
     }
 }

@@ -117,6 +117,8 @@ pub(crate) struct Context {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub subgroups: bool,
+    /// f64 in shaders (`SHADER_F64`): candidates are re-ranked exactly on the GPU.
+    pub f64: bool,
     /// Timestamp queries inside compute passes are enabled (profiling).
     pub timestamps: bool,
     pub log: Arc<ErrorLog>,
@@ -134,6 +136,10 @@ impl Context {
         }
         if timestamps {
             required_features |= timestamp_features;
+        }
+        let f64 = adapter.features().contains(wgpu::Features::SHADER_F64);
+        if f64 {
+            required_features |= wgpu::Features::SHADER_F64;
         }
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -156,7 +162,7 @@ impl Context {
                 *sink.lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {message}"));
             }
         });
-        Ok(Context { device, queue, info, limits, subgroups, timestamps, log })
+        Ok(Context { device, queue, info, limits, subgroups, f64, timestamps, log })
     }
 
     /// Waits for all submitted work and reports any error recorded meanwhile.
@@ -231,6 +237,7 @@ pub fn adapters() -> Vec<AdapterReport> {
             let named = [
                 (wgpu::Features::SUBGROUP, "SUBGROUP"),
                 (wgpu::Features::SHADER_F16, "SHADER_F16"),
+                (wgpu::Features::SHADER_F64, "SHADER_F64"),
                 (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
                 (wgpu::Features::SHADER_INT64, "SHADER_INT64"),
             ];

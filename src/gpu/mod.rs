@@ -81,6 +81,18 @@ struct SelectParams {
     _pad: u32,
 }
 
+/// `Params` of refine.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct RefineParams {
+    rows: u32,
+    kc: u32,
+    dim: u32,
+    mode: u32,
+    groups_x: u32,
+    _pad: [u32; 3],
+}
+
 /// Bytes bound for each parameter block: the largest of them.
 const PARAMS_SIZE: u64 = std::mem::size_of::<SelectParams>() as u64;
 
@@ -96,6 +108,8 @@ pub(crate) struct GpuEngine {
     select: Kernel,
     /// `select_rows_per_subgroup`, for merging short candidate lists, where subgroups exist.
     merge_per_subgroup: Option<wgpu::ComputePipeline>,
+    /// Exact float64 keys of the candidates, where the adapter has SHADER_F64.
+    refine: Option<Kernel>,
     profiler: Option<Profiler>,
     /// Largest workgroup count per dispatch dimension.
     max_groups: u32,
@@ -264,7 +278,26 @@ impl GpuEngine {
         if let Some(m) = options.max_workgroups_per_dimension {
             max_groups = max_groups.min(m.max(1));
         }
-        Ok(GpuEngine { ctx, norms, distance, select, merge_per_subgroup, profiler, max_groups, max_binding, budget })
+        let refine = if ctx.f64 {
+            let slots = [RO, RO, RO, RW];
+            Some(
+                ctx.allocating(|| kernel(&ctx, "refine", shaders::REFINE, "exact_keys", &slots, &[], Checks::Checked))?,
+            )
+        } else {
+            None
+        };
+        Ok(GpuEngine {
+            ctx,
+            norms,
+            distance,
+            select,
+            merge_per_subgroup,
+            refine,
+            profiler,
+            max_groups,
+            max_binding,
+            budget,
+        })
     }
 
     /// Rows per workgroup of `select_rows_per_subgroup`, when it exists: sized for the
@@ -281,7 +314,8 @@ impl GpuEngine {
         } else {
             "workgroup prefix-sum select".to_string()
         };
-        format!("gpu: {} ({:?}, {select})", i.name, i.backend)
+        let rerank = if self.refine.is_some() { ", f64 re-ranking" } else { "" };
+        format!("gpu: {} ({:?}, {select}{rerank})", i.name, i.backend)
     }
 
     fn budget(&self) -> DeviceBudget {
@@ -302,11 +336,23 @@ impl GpuEngine {
     pub fn open<'a>(&'a self, corpus: MatrixRef<'a>, shift: &[f32], metric: Metric) -> Result<CorpusSession<'a>> {
         let plan = plan::plan_corpus(corpus.rows(), corpus.cols(), self.budget())?;
         let shift_buf = self.upload("shift", bytemuck::cast_slice(shift))?;
-        let mut session = CorpusSession { gpu: self, corpus, metric, plan, shift: shift_buf, resident: Vec::new() };
+        let mut session =
+            CorpusSession { gpu: self, corpus, metric, plan, shift: shift_buf, resident: Vec::new(), raw_corpus: None };
+        // Exact re-ranking on the GPU needs the original rows in one binding, beside the
+        // prepared ones, within the budget.
+        let raw_bytes = (corpus.rows() * corpus.cols() * 4) as u64;
+        let keep_raw = self.refine.is_some()
+            && plan.resident
+            && plan.chunk_rows >= corpus.rows()
+            && raw_bytes <= self.max_binding
+            && raw_bytes + corpus.rows() as u64 * plan::prepared_row_bytes(corpus.cols()) <= self.budget().budget / 2;
         if plan.resident {
             for first in (0..corpus.rows()).step_by(plan.chunk_rows) {
-                let chunk = session.prepare_chunk(first, plan.chunk_rows.min(corpus.rows() - first))?;
+                let (chunk, raw) = session.prepare_chunk(first, plan.chunk_rows.min(corpus.rows() - first))?;
                 session.resident.push(chunk);
+                if keep_raw {
+                    session.raw_corpus = Some(raw);
+                }
             }
         }
         Ok(session)
@@ -349,6 +395,7 @@ enum Step {
     Distance,
     SelectRows,
     Merge,
+    Refine,
 }
 
 /// One dispatch: kernel, parameter slot, workgroups, bind group.
@@ -410,6 +457,8 @@ pub struct GpuTimes {
     pub select: f64,
     /// Merging each tile's candidates into the running lists.
     pub merge: f64,
+    /// Exact float64 keys of the final candidates (`refine.wgsl`, adapters with SHADER_F64).
+    pub refine: f64,
     /// Host time uploading inputs and reading candidates back.
     pub transfers: f64,
 }
@@ -421,6 +470,7 @@ impl GpuTimes {
             Step::Distance => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
             Step::Merge => self.merge += seconds,
+            Step::Refine => self.refine += seconds,
         }
     }
 }
@@ -467,6 +517,7 @@ impl GpuEngine {
                     Step::Distance => &self.distance.pipeline,
                     Step::SelectRows => &self.select.pipeline,
                     Step::Merge => self.merge_per_subgroup.as_ref().unwrap_or(&self.select.pipeline),
+                    Step::Refine => &self.refine.as_ref().expect("only planned with f64").pipeline,
                 };
                 let stamp = timed.filter(|&(_, n)| (i as u32) < n).map(|(p, _)| p);
                 if let Some(p) = stamp {
@@ -505,6 +556,8 @@ pub(crate) struct CorpusSession<'a> {
     plan: CorpusPlan,
     shift: wgpu::Buffer,
     resident: Vec<PreparedRows>,
+    /// The original corpus rows, for exact re-ranking on the GPU.
+    raw_corpus: Option<wgpu::Buffer>,
 }
 
 /// Buffers of one round of candidates, reused by every query tile.
@@ -521,11 +574,14 @@ struct TileBuffers {
     /// Read-back of the running lists, then (at `flags_at`) the failure flags.
     staging: wgpu::Buffer,
     flags_at: u64,
+    /// Exact keys of the candidates (with GPU re-ranking), and where they go in `staging`.
+    exact: Option<(wgpu::Buffer, u64)>,
 }
 
 impl CorpusSession<'_> {
-    /// Uploads rows `first..first + rows` of the corpus and prepares them.
-    fn prepare_chunk(&self, first: usize, rows: usize) -> Result<PreparedRows> {
+    /// Uploads rows `first..first + rows` of the corpus and prepares them; also returns the
+    /// uploaded original rows.
+    fn prepare_chunk(&self, first: usize, rows: usize) -> Result<(PreparedRows, wgpu::Buffer)> {
         let gpu = self.gpu;
         let d = self.corpus.cols();
         let dim4 = d.div_ceil(4);
@@ -550,7 +606,7 @@ impl CorpusSession<'_> {
         );
         let job = Job { step: Step::Norms, offset, groups: (gx, gy), bind: &bind };
         gpu.submit(gpu.ctx.device.create_command_encoder(&Default::default()), &[job])?;
-        Ok(chunk)
+        Ok((chunk, raw))
     }
 
     fn norms_params(&self, rows: usize, d: usize, groups_x: u32) -> NormsParams {
@@ -585,6 +641,7 @@ impl CorpusSession<'_> {
         } else {
             self.plan.chunk_rows.div_ceil(tiles.column_tile)
         };
+        let gpu_exact = self.raw_corpus.is_some();
         let buffers = TileBuffers {
             raw_queries: gpu.buffer("queries", (q * d * 4) as u64, storage | copy)?,
             queries: PreparedRows {
@@ -606,12 +663,19 @@ impl CorpusSession<'_> {
             )?,
             staging: gpu.buffer(
                 "read-back",
-                (q * kc * 8 + q * 4) as u64,
+                (q * kc * 8 + q * 4).next_multiple_of(8) as u64 + if gpu_exact { (q * kc * 8) as u64 } else { 0 },
                 wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             )?,
             flags_at: (q * kc * 8) as u64,
+            exact: if gpu_exact {
+                let keys = gpu.buffer("exact keys", (q * kc * 8) as u64, storage | copy)?;
+                Some((keys, (q * kc * 8 + q * 4).next_multiple_of(8) as u64))
+            } else {
+                None
+            },
         };
         let mut out = Candidates {
+            exact: gpu_exact.then(|| vec![0.0; nq * kc]),
             kc,
             keys: vec![f32::INFINITY; nq * kc],
             ids: vec![u32::MAX; nq * kc],
@@ -684,7 +748,10 @@ impl CorpusSession<'_> {
             } else {
                 batch
                     .iter()
-                    .map(|&c| self.prepare_chunk(starts[c], self.plan.chunk_rows.min(self.corpus.rows() - starts[c])))
+                    .map(|&c| {
+                        let rows = self.plan.chunk_rows.min(self.corpus.rows() - starts[c]);
+                        self.prepare_chunk(starts[c], rows).map(|(chunk, _)| chunk)
+                    })
                     .collect::<Result<_>>()?
             };
             let chunks: Vec<&PreparedRows> = if self.plan.resident {
@@ -770,12 +837,39 @@ impl CorpusSession<'_> {
             gpu.submit(encoder, &jobs)?;
         }
 
-        // One copy of the running lists and the failure flags into the staging buffer.
+        if let (Some((keys, _)), Some(raw_corpus), Some(refine)) = (&b.exact, &self.raw_corpus, &gpu.refine) {
+            let (gx, gy) = grid((rows * kc).div_ceil(64), gpu.max_groups);
+            let mut params = ParamSlots::default();
+            let offset = params.push(RefineParams {
+                rows: rows as u32,
+                kc: kc as u32,
+                dim: d as u32,
+                mode: match self.metric {
+                    Metric::Euclidean | Metric::SqEuclidean => 0,
+                    Metric::Cosine => 1,
+                    Metric::Correlation => 2,
+                    Metric::InnerProduct => 3,
+                },
+                groups_x: gx,
+                _pad: [0; 3],
+            });
+            gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
+            let bind =
+                bind_group(device, &refine.layout, &b.uniform, &[&b.raw_queries, raw_corpus, &b.candidates, keys]);
+            let job = Job { step: Step::Refine, offset, groups: (gx, gy), bind: &bind };
+            gpu.submit(device.create_command_encoder(&Default::default()), &[job])?;
+        }
+
+        // One copy of the running lists, the failure flags and the exact keys into the
+        // staging buffer.
         let started = std::time::Instant::now();
         let pair_bytes = (rows * kc * 8) as u64;
         let mut encoder = device.create_command_encoder(&Default::default());
         encoder.copy_buffer_to_buffer(&b.candidates, 0, &b.staging, 0, pair_bytes);
         encoder.copy_buffer_to_buffer(&b.failed, 0, &b.staging, b.flags_at, (rows * 4) as u64);
+        if let Some((keys, at)) = &b.exact {
+            encoder.copy_buffer_to_buffer(keys, 0, &b.staging, *at, pair_bytes);
+        }
         gpu.ctx.queue.submit([encoder.finish()]);
         map_and_read(gpu, &b.staging, |bytes| {
             let pairs: &[[u32; 2]] = bytemuck::cast_slice(&bytes[..pair_bytes as usize]);
@@ -788,6 +882,10 @@ impl CorpusSession<'_> {
             }
             for (failed, &flag) in out.failed[q0..q0 + rows].iter_mut().zip(flags) {
                 *failed = flag != 0;
+            }
+            if let (Some((_, at)), Some(exact)) = (&b.exact, out.exact.as_mut()) {
+                let keys: &[f64] = bytemuck::cast_slice(&bytes[*at as usize..*at as usize + pair_bytes as usize]);
+                exact[q0 * kc..(q0 + rows) * kc].copy_from_slice(keys);
             }
         })?;
         gpu.add_transfer_time(started);

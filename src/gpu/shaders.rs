@@ -8,6 +8,8 @@ pub const DISTANCE: &str = include_str!("../../shaders/distance.wgsl");
 const SELECT: &str = include_str!("../../shaders/select.wgsl");
 /// Partition ranks from subgroup ballots (`shaders/rank_subgroup.wgsl`).
 const RANK_SUBGROUP: &str = include_str!("../../shaders/rank_subgroup.wgsl");
+/// Exact float64 keys of the candidates (`shaders/refine.wgsl`); needs SHADER_F64.
+pub const REFINE: &str = include_str!("../../shaders/refine.wgsl");
 /// One subgroup per row, for short rows (`shaders/select_per_subgroup.wgsl`).
 const SELECT_PER_SUBGROUP: &str = include_str!("../../shaders/select_per_subgroup.wgsl");
 /// Partition ranks from a workgroup prefix sum (`shaders/rank_workgroup.wgsl`).
@@ -23,12 +25,26 @@ pub fn select(subgroups: bool) -> String {
     }
 }
 
-/// Every complete shader module knng builds: (name, source, needs subgroup operations).
-pub fn all() -> Vec<(&'static str, String, bool)> {
+/// A complete shader module and the optional features it needs.
+pub struct ShaderModuleInfo {
+    /// Short name.
+    pub name: &'static str,
+    /// WGSL source.
+    pub source: String,
+    /// Uses subgroup operations (`Features::SUBGROUP`).
+    pub subgroups: bool,
+    /// Uses f64 (`Features::SHADER_F64`; Metal has none).
+    pub f64: bool,
+}
+
+/// Every complete shader module knng builds.
+pub fn all() -> Vec<ShaderModuleInfo> {
+    let m = |name, source: String, subgroups, f64| ShaderModuleInfo { name, source, subgroups, f64 };
     vec![
-        ("norms", NORMS.to_string(), false),
-        ("distance", DISTANCE.to_string(), false),
-        ("select_subgroup", select(true), true),
-        ("select_workgroup", select(false), false),
+        m("norms", NORMS.to_string(), false, false),
+        m("distance", DISTANCE.to_string(), false, false),
+        m("select_subgroup", select(true), true, false),
+        m("select_workgroup", select(false), false, false),
+        m("refine", REFINE.to_string(), false, true),
     ]
 }
