@@ -21,8 +21,13 @@ pub(crate) fn open(path: &Path) -> Result<Mapped> {
         return Err(Error::file(path, "the .npy header gives a shape whose size overflows 64 bits"));
     }
     let mut rest: &[u8] = &map;
-    let header =
-        NpyHeader::from_reader(&mut rest).map_err(|e| Error::file(path, format!("not a valid .npy file: {e}")))?;
+    let header = NpyHeader::from_reader(&mut rest).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::file(path, format!("not a valid .npy file: the header is truncated ({} bytes in all)", map.len()))
+        } else {
+            Error::file(path, format!("not a valid .npy file: {e}"))
+        }
+    })?;
     let data_offset = map.len() - rest.len();
     let dtype = header.dtype();
     let (elem, big_endian) = element_type(&dtype).ok_or_else(|| {
