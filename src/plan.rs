@@ -75,7 +75,7 @@ pub(crate) fn plan_tiles(
     let free = dev.budget.saturating_sub(corpus_bytes);
     let per_query_row = 4 * column_tile as u64      // distance tile
         + 16 * scratch_stride as u64                 // two auxiliary arrays of (key, index)
-        + 2 * 16 * kc as u64                         // running + tile candidates, and staging
+        + 3 * 16 * kc as u64                         // running + tile lists, exact keys, read-back
         + 2 * row                                    // raw and prepared query
         + 16; // norm, exclusion, failure flag
     let limits = [
