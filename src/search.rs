@@ -301,23 +301,26 @@ impl Knn {
         }
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
 
-        let mut indices = Vec::with_capacity(nq * k);
-        let mut distances = Vec::with_capacity(nq * k);
-        for ranked in answers.into_iter().map(|a| a.expect("every row is answered")) {
-            // The set and its order come from float64; rows that round to the same f32
-            // distance are then listed by index, so the output is sorted as reported.
-            let mut row: Vec<(f32, u32)> =
-                ranked.into_iter().map(|(key, j)| (metric.key_to_distance(key), j)).collect();
-            if metric.larger_is_nearer() {
-                row.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            } else {
-                row.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            }
-            for (distance, j) in row {
-                indices.push(j);
-                distances.push(distance);
-            }
-        }
+        let mut indices = vec![0u32; nq * k];
+        let mut distances = vec![0f32; nq * k];
+        indices.par_chunks_mut(k).zip(distances.par_chunks_mut(k)).zip(answers.into_par_iter()).for_each(
+            |((row_ids, row_dists), ranked)| {
+                // The set and its order come from float64; rows that round to the same f32
+                // distance are then listed by index, so the output is sorted as reported.
+                let ranked = ranked.expect("every row is answered");
+                let mut row: Vec<(f32, u32)> =
+                    ranked.into_iter().map(|(key, j)| (metric.key_to_distance(key), j)).collect();
+                if metric.larger_is_nearer() {
+                    row.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                } else {
+                    row.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                }
+                for ((id, dist), (distance, j)) in row_ids.iter_mut().zip(row_dists.iter_mut()).zip(row) {
+                    *id = j;
+                    *dist = distance;
+                }
+            },
+        );
         Ok(Neighbors { indices, distances, queries: nq, k })
     }
 }

@@ -10,6 +10,8 @@ pub mod shaders;
 
 use std::sync::mpsc;
 
+use rayon::prelude::*;
+
 use wgpu::util::DeviceExt;
 
 use crate::data::MatrixRef;
@@ -876,16 +878,20 @@ impl CorpusSession<'_> {
             let flags: &[u32] = bytemuck::cast_slice(&bytes[b.flags_at as usize..b.flags_at as usize + rows * 4]);
             let keys = &mut out.keys[q0 * kc..(q0 + rows) * kc];
             let ids = &mut out.ids[q0 * kc..(q0 + rows) * kc];
-            for ((pair, key), id) in pairs.iter().zip(keys).zip(ids) {
+            // Mapped memory is uncached on some systems: unpack it once, on every core.
+            pairs.par_iter().zip(keys.par_iter_mut()).zip(ids.par_iter_mut()).for_each(|((pair, key), id)| {
                 *key = f32::from_bits(pair[0]);
                 *id = pair[1];
-            }
+            });
             for (failed, &flag) in out.failed[q0..q0 + rows].iter_mut().zip(flags) {
                 *failed = flag != 0;
             }
             if let (Some((_, at)), Some(exact)) = (&b.exact, out.exact.as_mut()) {
                 let keys: &[f64] = bytemuck::cast_slice(&bytes[*at as usize..*at as usize + pair_bytes as usize]);
-                exact[q0 * kc..(q0 + rows) * kc].copy_from_slice(keys);
+                exact[q0 * kc..(q0 + rows) * kc]
+                    .par_chunks_mut(1 << 16)
+                    .zip(keys.par_chunks(1 << 16))
+                    .for_each(|(dst, src)| dst.copy_from_slice(src));
             }
         })?;
         gpu.add_transfer_time(started);
