@@ -2,7 +2,8 @@
 // step of the exactness argument (notes/exactness.md), on the GPU so that only keys come back
 // instead of every candidate's row being read on the host. Needs SHADER_F64.
 //
-// One invocation per (query row, candidate). Keys are those of `Metric::rank_key_f64`:
+// `exact_keys`: one invocation per (query row, candidate), for short rows; `exact_keys_wide`
+// (below): one workgroup per candidate. Keys are those of `Metric::rank_key_f64`:
 //   mode 0 (euclidean family): sum (x - y)^2
 //   mode 1 (cosine):           1 - x.y / (|x| |y|)
 //   mode 2 (correlation):      1 - (x - mean x).(y - mean y) / (|x - mean x| |y - mean y|)
@@ -87,4 +88,80 @@ fn exact_keys(@builtin(global_invocation_id) gid: vec3<u32>) {
         key = 1.0lf - sxy / (sqrt(sxx) * sqrt(syy));
     }
     keys[t] = key;
+}
+
+// The same keys with one workgroup per candidate, for wide rows: the invocations stride over
+// the dimension together, so reads of both rows are coalesced, and the sums meet in a
+// workgroup-memory reduction.
+
+var<workgroup> partial: array<vec4<f64>, WG>;
+var<workgroup> candidate_id: u32;
+
+fn workgroup_sum(v: vec4<f64>, lid: u32) -> vec4<f64> {
+    partial[lid] = v;
+    workgroupBarrier();
+    for (var step = WG / 2u; step > 0u; step /= 2u) {
+        if (lid < step) {
+            partial[lid] += partial[lid + step];
+        }
+        workgroupBarrier();
+    }
+    let total = partial[0];
+    workgroupBarrier();
+    return total;
+}
+
+@compute @workgroup_size(64)
+fn exact_keys_wide(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
+    let t = wid.x + wid.y * params.groups_x;
+    if (t >= params.rows * params.kc) {
+        return;
+    }
+    if (lid == 0u) {
+        candidate_id = candidates[t].y;
+    }
+    let id = workgroupUniformLoad(&candidate_id);
+    if (id == NONE) {
+        if (lid == 0u) {
+            keys[t] = 0.0lf;
+        }
+        return;
+    }
+    let qb = (t / params.kc) * params.dim;
+    let cb = id * params.dim;
+    var mx: f64 = 0.0lf;
+    var my: f64 = 0.0lf;
+    if (params.mode == 2u) {
+        var sx: f64 = 0.0lf;
+        var sy: f64 = 0.0lf;
+        for (var j = lid; j < params.dim; j += WG) {
+            sx += f64(queries[qb + j]);
+            sy += f64(corpus[cb + j]);
+        }
+        let s = workgroup_sum(vec4<f64>(sx, sy, 0.0lf, 0.0lf), lid);
+        mx = s.x / f64(params.dim);
+        my = s.y / f64(params.dim);
+    }
+    var sums = vec4<f64>(0.0lf);
+    for (var j = lid; j < params.dim; j += WG) {
+        let x = f64(queries[qb + j]) - mx;
+        let y = f64(corpus[cb + j]) - my;
+        let diff = x - y;
+        sums += vec4<f64>(diff * diff, x * y, x * x, y * y);
+    }
+    let s = workgroup_sum(sums, lid);
+    if (lid == 0u) {
+        var key: f64;
+        if (params.mode == 0u) {
+            key = s.x;
+        } else if (params.mode == 3u) {
+            key = -s.y;
+        } else {
+            key = 1.0lf - s.y / (sqrt(s.z) * sqrt(s.w));
+        }
+        keys[t] = key;
+    }
 }

@@ -26,6 +26,8 @@ pub use context::{adapters, AdapterReport};
 
 /// Default GPU memory budget.
 const DEFAULT_BUDGET: u64 = 1 << 30;
+/// Dimension from which exact keys are computed by a workgroup per candidate.
+const WIDE_ROWS: usize = 256;
 /// Below this budget an out-of-memory error is final.
 const MIN_RETRY_BUDGET: u64 = 8 << 20;
 /// Uniform slots are this far apart (the largest `min_uniform_buffer_offset_alignment`).
@@ -110,8 +112,9 @@ pub(crate) struct GpuEngine {
     select: Kernel,
     /// `select_rows_per_subgroup`, for merging short candidate lists, where subgroups exist.
     merge_per_subgroup: Option<wgpu::ComputePipeline>,
-    /// Exact float64 keys of the candidates, where the adapter has SHADER_F64.
-    refine: Option<Kernel>,
+    /// Exact float64 keys of the candidates, where the adapter has SHADER_F64: an invocation
+    /// per candidate, and `exact_keys_wide`, a workgroup per candidate for wide rows.
+    refine: Option<(Kernel, wgpu::ComputePipeline)>,
     profiler: Option<Profiler>,
     /// Largest workgroup count per dispatch dimension.
     max_groups: u32,
@@ -282,9 +285,12 @@ impl GpuEngine {
         }
         let refine = if ctx.f64 {
             let slots = [RO, RO, RO, RW];
-            Some(
-                ctx.allocating(|| kernel(&ctx, "refine", shaders::REFINE, "exact_keys", &slots, &[], Checks::Checked))?,
-            )
+            Some(ctx.allocating(|| {
+                let narrow = kernel(&ctx, "refine", shaders::REFINE, "exact_keys", &slots, &[], Checks::Checked);
+                let module = shader_module(&ctx, "refine", shaders::REFINE, Checks::Checked);
+                let wide = pipeline(&ctx, "refine wide", &narrow.layout, &module, "exact_keys_wide", &[]);
+                (narrow, wide)
+            })?)
         } else {
             None
         };
@@ -398,6 +404,7 @@ enum Step {
     SelectRows,
     Merge,
     Refine,
+    RefineWide,
 }
 
 /// One dispatch: kernel, parameter slot, workgroups, bind group.
@@ -472,7 +479,7 @@ impl GpuTimes {
             Step::Distance => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
             Step::Merge => self.merge += seconds,
-            Step::Refine => self.refine += seconds,
+            Step::Refine | Step::RefineWide => self.refine += seconds,
         }
     }
 }
@@ -519,7 +526,8 @@ impl GpuEngine {
                     Step::Distance => &self.distance.pipeline,
                     Step::SelectRows => &self.select.pipeline,
                     Step::Merge => self.merge_per_subgroup.as_ref().unwrap_or(&self.select.pipeline),
-                    Step::Refine => &self.refine.as_ref().expect("only planned with f64").pipeline,
+                    Step::Refine => &self.refine.as_ref().expect("only planned with f64").0.pipeline,
+                    Step::RefineWide => &self.refine.as_ref().expect("only planned with f64").1,
                 };
                 let stamp = timed.filter(|&(_, n)| (i as u32) < n).map(|(p, _)| p);
                 if let Some(p) = stamp {
@@ -840,7 +848,10 @@ impl CorpusSession<'_> {
         }
 
         if let (Some((keys, _)), Some(raw_corpus), Some(refine)) = (&b.exact, &self.raw_corpus, &gpu.refine) {
-            let (gx, gy) = grid((rows * kc).div_ceil(64), gpu.max_groups);
+            // Rows of a few hundred values and more are read faster by a workgroup each.
+            let wide = d >= WIDE_ROWS;
+            let groups = if wide { rows * kc } else { (rows * kc).div_ceil(64) };
+            let (gx, gy) = grid(groups, gpu.max_groups);
             let mut params = ParamSlots::default();
             let offset = params.push(RefineParams {
                 rows: rows as u32,
@@ -857,8 +868,9 @@ impl CorpusSession<'_> {
             });
             gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
             let bind =
-                bind_group(device, &refine.layout, &b.uniform, &[&b.raw_queries, raw_corpus, &b.candidates, keys]);
-            let job = Job { step: Step::Refine, offset, groups: (gx, gy), bind: &bind };
+                bind_group(device, &refine.0.layout, &b.uniform, &[&b.raw_queries, raw_corpus, &b.candidates, keys]);
+            let step = if wide { Step::RefineWide } else { Step::Refine };
+            let job = Job { step, offset, groups: (gx, gy), bind: &bind };
             gpu.submit(device.create_command_encoder(&Default::default()), &[job])?;
         }
 
