@@ -1,4 +1,4 @@
-//! The exact CPU backend: fp32 distance blocks from a blocked GEMM (`matrixmultiply`), a
+//! The exact CPU backend: fp32 distance blocks from a blocked GEMM (`gemm`), a
 //! bounded candidate list per query, rayon across query blocks. Its candidates go through the
 //! same float64 re-ranking and certificate as the GPU's, so its answers are exact too.
 
@@ -11,9 +11,10 @@ use crate::metric::Metric;
 use crate::prepare::prepare_row;
 use crate::refine::{Candidates, NONE};
 
-/// Query rows per task: enough to amortise packing the corpus block in the GEMM.
-const QUERY_BLOCK: usize = 64;
-/// Corpus rows per GEMM: the distance block (64 x 2048 f32 = 512 KiB) stays in L2.
+/// Query rows per task, at most: large blocks amortise packing each corpus block in the GEMM
+/// (measured on 2 cores, n=50000 d=128: 64 rows 6.2 s, 512 rows 4.4 s, 1024 rows 4.2 s).
+const QUERY_BLOCK: usize = 1024;
+/// Corpus rows per GEMM call.
 const CORPUS_BLOCK: usize = 2048;
 
 pub(crate) struct CpuEngine;
@@ -103,47 +104,75 @@ impl CorpusSession<'_> {
         let metric = self.metric;
         let (prepared, norms) = (&self.prepared, &self.norms);
 
-        keys.par_chunks_mut(QUERY_BLOCK * kc).zip(ids.par_chunks_mut(QUERY_BLOCK * kc)).enumerate().for_each(
+        // Enough blocks to keep every thread busy, each as large as that allows.
+        let block = (nq / (4 * rayon::current_num_threads())).clamp(16, QUERY_BLOCK);
+        keys.par_chunks_mut(block * kc).zip(ids.par_chunks_mut(block * kc)).enumerate().for_each(
             |(b, (key_block, id_block))| {
-                let q0 = b * QUERY_BLOCK;
-                let rows = (nq - q0).min(QUERY_BLOCK);
+                let q0 = b * block;
+                let rows = (nq - q0).min(block);
                 let mut best: Vec<BestKeys> = (0..rows).map(|_| BestKeys::new(kc)).collect();
                 let mut dots = vec![0.0f32; rows * CORPUS_BLOCK];
                 for c0 in (0..n).step_by(CORPUS_BLOCK) {
                     let cols = (n - c0).min(CORPUS_BLOCK);
                     // dots (rows x cols) = Q (rows x d) * C^T (d x cols); C is row-major n x d.
+                    // SAFETY: the pointers cover rows x d (queries), cols x d (corpus) and
+                    // rows x cols (dots) f32 values with the strides given.
                     unsafe {
-                        matrixmultiply::sgemm(
+                        gemm::gemm(
                             rows,
-                            d,
                             cols,
-                            1.0,
-                            q_prepared[q0 * d..].as_ptr(),
-                            d as isize,
-                            1,
-                            prepared[c0 * d..].as_ptr(),
-                            1,
-                            d as isize,
-                            0.0,
+                            d,
                             dots.as_mut_ptr(),
-                            cols as isize,
                             1,
+                            cols as isize,
+                            false,
+                            q_prepared[q0 * d..].as_ptr(),
+                            1,
+                            d as isize,
+                            prepared[c0 * d..].as_ptr(),
+                            d as isize,
+                            1,
+                            0.0,
+                            1.0,
+                            false,
+                            false,
+                            false,
+                            gemm::Parallelism::None,
                         );
                     }
+                    // Keys as ascending ranking keys: a * dot + b[j] (a = -2 with the corpus
+                    // norms plus the query's for the euclidean family, -1 and 1 for cosine and
+                    // correlation, -1 and 0 for inner product).
+                    let norm_block = &norms[c0..c0 + cols];
                     for (r, top) in best.iter_mut().enumerate() {
                         let qi = q0 + r;
-                        let qn = q_norms[qi];
-                        for (j, &dot) in dots[r * cols..(r + 1) * cols].iter().enumerate() {
-                            let id = (c0 + j) as u32;
-                            if id == exclude[qi] {
+                        let (scale, offset) = match metric {
+                            Metric::Euclidean | Metric::SqEuclidean => (-2.0f32, q_norms[qi]),
+                            Metric::Cosine | Metric::Correlation => (-1.0, 1.0),
+                            Metric::InnerProduct => (-1.0, 0.0),
+                        };
+                        let euclidean = matches!(metric, Metric::Euclidean | Metric::SqEuclidean);
+                        let row = &dots[r * cols..(r + 1) * cols];
+                        // Most keys are above the list's threshold once it is full: test 16 at
+                        // a time (vectorised, no branch per key) and look closer only at
+                        // groups with a key below it.
+                        for start in (0..cols).step_by(16) {
+                            let end = (start + 16).min(cols);
+                            let limit = top.threshold;
+                            let key_at = |j: usize| {
+                                let base = if euclidean { offset + norm_block[j] } else { offset };
+                                scale * row[j] + base
+                            };
+                            let below = (start..end).fold(false, |any, j| any | (key_at(j) < limit));
+                            if !below && top.items.len() >= top.kc {
                                 continue;
                             }
-                            let key = match metric {
-                                Metric::Euclidean | Metric::SqEuclidean => qn + norms[c0 + j] - 2.0 * dot,
-                                Metric::Cosine | Metric::Correlation => 1.0 - dot,
-                                Metric::InnerProduct => -dot,
-                            };
-                            top.push(key, id);
+                            for j in start..end {
+                                let id = (c0 + j) as u32;
+                                if id != exclude[qi] {
+                                    top.push(key_at(j), id);
+                                }
+                            }
                         }
                     }
                 }
