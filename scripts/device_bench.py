@@ -77,7 +77,14 @@ def main():
     r = knng(65536, 128, 10)
     tflops = 2 * 65536 * 65536 * 128 / r["gpu"]["distance_s"] / 1e12
     print(f"distance kernel d=128: knng {tflops:.1f} TFLOP/s, cuBLAS {cublas:.1f} TFLOP/s, ratio {tflops / cublas:.2f}")
-    print("select only: not measured yet (knng bench has no select-only mode)")
+    for k in (64, 512, 2048):
+        _, peer_ms = torch("select", "--rows", 8192, "--cols", 65536, "--k", k)
+        cmd = [KNNG, "bench", "--what", "select", "--rows", "8192", "--cols", "65536", "-k", str(k),
+               "--backend", "gpu", "--repeat", "3", "--json", "--profile"]
+        r = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+        ms = r["seconds"] * 1e3
+        kernel = f", kernel {r['gpu_s'] * 1e3:.2f} ms" if r.get("gpu_s") is not None else ""
+        print(f"select 8192 x 65536 k={k}: knng {ms:.2f} ms{kernel}, torch.topk {peer_ms:.2f} ms, ratio {ms / peer_ms:.2f}")
 
     if a.scaling:
         for e in range(14, 21):

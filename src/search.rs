@@ -145,6 +145,17 @@ impl Knn {
         *self.last.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Times the GPU selection kernel alone on `rows` rows of `cols` uniform random keys,
+    /// keeping the `k` smallest of each row: (wall seconds, GPU seconds with
+    /// [`Options::profile`]). For `knng bench --what select`; an error on the CPU backend.
+    #[doc(hidden)]
+    pub fn bench_select(&self, rows: usize, cols: usize, k: usize) -> Result<(f64, Option<f64>)> {
+        match &self.engine {
+            Engine::Gpu(g) => g.bench_select(rows, cols, k, 1),
+            Engine::Cpu(_) => Err(Error::arg("backend", "the select-only benchmark needs a GPU backend")),
+        }
+    }
+
     /// True when a GPU adapter does the distance and selection work.
     pub fn is_gpu(&self) -> bool {
         matches!(self.engine, Engine::Gpu(_))

@@ -496,3 +496,22 @@ fn info_lists_the_choice() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("--backend auto uses"), "{}", text(&out.stdout));
 }
+
+/// The select-only benchmark runs the GPU kernel (lavapipe in CI; a test without a GPU
+/// adapter fails) and checks its own answer before reporting a time.
+#[test]
+fn bench_select_runs_on_the_gpu_and_checks_itself() {
+    for select in [&[][..], &["--no-subgroups"][..]] {
+        let mut args =
+            vec!["bench", "--what", "select", "--rows", "40", "--cols", "3000", "-k", "100", "--backend", "gpu"];
+        args.extend_from_slice(select);
+        args.extend_from_slice(&["--json", "--profile"]);
+        let out = knng(&args);
+        let said = text(&out.stdout);
+        assert!(out.status.success(), "{said}{}", text(&out.stderr));
+        for key in ["\"what\":\"select\"", "\"rows\":40", "\"cols\":3000", "\"k\":100", "\"backend\":\"gpu"] {
+            assert!(said.contains(key), "{key} not in {said}");
+        }
+    }
+    fails(&["bench", "--what", "select", "--rows", "4", "--cols", "10", "-k", "3", "--backend", "cpu"], 1, &["GPU"]);
+}

@@ -86,6 +86,9 @@ pub fn demo(a: DemoArgs) -> Outcome {
 }
 
 pub fn bench(a: BenchArgs) -> Outcome {
+    if a.what == What::Select {
+        return bench_select(a);
+    }
     let (n, d, k, metric) = (a.n as usize, a.d as usize, a.k as usize, a.metric);
     let nq = if a.what == What::Graph { n } else { a.queries as usize };
     let max = if a.what == What::Graph { n - 1 } else { n };
@@ -188,4 +191,39 @@ mod tests {
     fn json_strings_are_escaped() {
         assert_eq!(super::json_string("a \"b\"\\\n"), "\"a \\\"b\\\"\\\\\\u000a\"");
     }
+}
+
+/// `knng bench --what select`: the selection kernel alone, against what torch.topk does on a
+/// matrix of the same shape.
+fn bench_select(a: BenchArgs) -> Outcome {
+    let (rows, cols, k) = (a.rows as usize, a.cols as usize, a.k as usize);
+    let bar = Bar::new(true, "bench");
+    let knn = a.engine.open_profiled(false, a.profile, &bar)?;
+    let mut best = (f64::INFINITY, None);
+    for _ in 0..a.repeat {
+        let (wall, gpu) = knn.bench_select(rows, cols, k)?;
+        if wall < best.0 {
+            best = (wall, gpu);
+        }
+    }
+    let (wall, gpu) = best;
+    let gbps = |s: f64| rows as f64 * cols as f64 * 4.0 / s / 1e9;
+    if a.json {
+        say(format!(
+            "{{\"what\":\"select\",\"rows\":{rows},\"cols\":{cols},\"k\":{k},\"backend\":{},\"seconds\":{wall:.6},\
+             \"gpu_s\":{},\"repeat\":{}}}",
+            json_string(&knn.description()),
+            gpu.map_or("null".to_string(), |g| format!("{g:.6}")),
+            a.repeat
+        ));
+    } else {
+        let gpu_text = gpu.map_or(String::new(), |g| format!(" | kernel {} ({:.0} GB/s of keys)", seconds(g), gbps(g)));
+        say(format!(
+            "select {rows} x {cols} k={k} | {} | {} ({:.0} GB/s of keys){gpu_text}",
+            knn.description(),
+            seconds(wall),
+            gbps(wall)
+        ));
+    }
+    Ok(())
 }

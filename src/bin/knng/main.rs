@@ -143,6 +143,8 @@ struct DemoArgs {
 enum What {
     Graph,
     Search,
+    /// The GPU selection kernel alone, on --rows x --cols uniform random keys.
+    Select,
 }
 
 #[derive(Args)]
@@ -159,9 +161,16 @@ struct BenchArgs {
     /// Distance (see `knng graph --help`).
     #[arg(long, short = 'm', default_value = "euclidean", value_name = "METRIC")]
     metric: Metric,
-    /// graph (self-join of the n rows) or search (--queries rows against the n rows).
+    /// graph (self-join of the n rows), search (--queries rows against the n rows), or select
+    /// (the GPU selection kernel alone: the k smallest of --rows rows of --cols random keys).
     #[arg(long, value_enum, default_value_t = What::Graph)]
     what: What,
+    /// Rows of keys for `--what select`.
+    #[arg(long, default_value_t = 8192, value_parser = at_least(1))]
+    rows: u64,
+    /// Keys per row for `--what select`.
+    #[arg(long, default_value_t = 65536, value_parser = at_least(1))]
+    cols: u64,
     /// Query rows for `--what search`.
     #[arg(long, default_value_t = 1000, value_parser = at_least(1))]
     queries: u64,
