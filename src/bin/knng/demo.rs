@@ -185,14 +185,6 @@ fn json_string(s: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(super::json_string("a \"b\"\\\n"), "\"a \\\"b\\\"\\\\\\u000a\"");
-    }
-}
-
 /// `knng bench --what select`: the selection kernel alone, against what torch.topk does on a
 /// matrix of the same shape.
 fn bench_select(a: BenchArgs) -> Outcome {
@@ -226,4 +218,12 @@ fn bench_select(a: BenchArgs) -> Outcome {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(super::json_string("a \"b\"\\\n"), "\"a \\\"b\\\"\\\\\\u000a\"");
+    }
 }
