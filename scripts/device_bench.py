@@ -81,7 +81,11 @@ def main():
         _, peer_ms = torch("select", "--rows", 8192, "--cols", 65536, "--k", k)
         cmd = [KNNG, "bench", "--what", "select", "--rows", "8192", "--cols", "65536", "-k", str(k),
                "--backend", "gpu", "--repeat", "3", "--json", "--profile"]
-        r = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0:
+            print(f"select 8192 x 65536 k={k}: knng failed: {run.stderr.strip()}; torch.topk {peer_ms:.2f} ms")
+            continue
+        r = json.loads(run.stdout.strip().splitlines()[-1])
         ms = r["seconds"] * 1e3
         kernel = f", kernel {r['gpu_s'] * 1e3:.2f} ms" if r.get("gpu_s") is not None else ""
         print(f"select 8192 x 65536 k={k}: knng {ms:.2f} ms{kernel}, torch.topk {peer_ms:.2f} ms, ratio {ms / peer_ms:.2f}")
