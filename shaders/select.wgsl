@@ -52,6 +52,7 @@ const SRC_B: u32 = 2u;
 const FILTER: u32 = 0u;
 const PARTITION: u32 = 1u;
 const THRESHOLD: u32 = 2u;
+const SPLIT: u32 = 3u;
 const SAMPLES: u32 = 64u;
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -107,9 +108,12 @@ fn push_segment(src: u32, start: u32, len: u32) {
     stack_top = t + 1u;
 }
 
-// Chooses the pivot for the segment from SAMPLES evenly spaced samples: exactly the element
-// of rank `need` when the samples are the whole segment, else a little above the need/len
-// quantile, so that the filter keeps at least `need` elements with high probability.
+// Chooses the pivot for the segment from SAMPLES evenly spaced samples and the kind of the
+// pass. While `need` is a small part of the segment: a FILTER pivot a little above the
+// need/len quantile, so that at least `need` elements fall below it with high probability.
+// Once the filter would keep most of the segment it drops only a few elements a pass, so the
+// pass becomes a SPLIT around a pivot a little below the quantile: the elements under it are
+// all wanted and kept, and the search goes on among the few above.
 fn choose_pivot(lid: u32, row: u32, src: u32, start: u32, len: u32, need: u32) {
     let n_samples = min(len, SAMPLES);
     let stride = max(len / SAMPLES, 1u);
@@ -120,6 +124,20 @@ fn choose_pivot(lid: u32, row: u32, src: u32, start: u32, len: u32, need: u32) {
         }
         samples[lid] = v;
     }
+    var target_rank = need;
+    var kind = FILTER;
+    if (len > SAMPLES) {
+        let q = f32(need) / f32(len) * f32(SAMPLES);
+        let above = q + 2.0 * sqrt(q) + 2.0;
+        if (above < 0.5 * f32(SAMPLES)) {
+            target_rank = u32(above);
+        } else {
+            // Two standard deviations of the sample quantile below it.
+            let below = q - 2.0 * sqrt(q * (f32(SAMPLES) - q) / f32(SAMPLES)) - 1.0;
+            target_rank = u32(max(below, 0.0));
+            kind = SPLIT;
+        }
+    }
     workgroupBarrier();
     if (lid < n_samples) {
         let mine = samples[lid];
@@ -128,14 +146,12 @@ fn choose_pivot(lid: u32, row: u32, src: u32, start: u32, len: u32, need: u32) {
             let s = samples[j];
             rank += select(0u, 1u, s < mine || (s == mine && j < lid));
         }
-        var target_rank = need;
-        if (len > SAMPLES) {
-            let q = f32(need) / f32(len) * f32(SAMPLES);
-            target_rank = min(n_samples - 1u, u32(q + 2.0 * sqrt(q) + 2.0));
-        }
         if (rank == target_rank) {
             pivot_bits = bitcast<u32>(mine);
         }
+    }
+    if (lid == 0u) {
+        seg_kind = kind;
     }
     workgroupBarrier();
 }
@@ -189,7 +205,7 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
         let len = workgroupUniformLoad(&seg_len);
         let src = workgroupUniformLoad(&seg_src);
         let start = workgroupUniformLoad(&seg_start);
-        let kind = workgroupUniformLoad(&seg_kind);
+        var kind = workgroupUniformLoad(&seg_kind);
         if (need == 0u) {
             finished = true;
             break;
@@ -204,6 +220,7 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
         }
         if (kind == FILTER) {
             choose_pivot(lid, row, src, start, len, need);
+            kind = workgroupUniformLoad(&seg_kind);
         }
         let pivot = bitcast<f32>(workgroupUniformLoad(&pivot_bits));
         let dst = select(SRC_A, SRC_B, src == SRC_A);
@@ -224,6 +241,8 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
             if (kind == PARTITION) {
                 a = v <= pivot;
                 b = v > pivot;
+            } else if (kind == SPLIT) {
+                b = v > pivot || b;
             } else if (kind == THRESHOLD) {
                 b = false;
             }
@@ -252,6 +271,11 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
                 } else {
                     seg_len = n_a;
                 }
+            } else if (kind == PARTITION && n_a >= need) {
+                // Reached from a SPLIT whose pivot was the segment's least element: what is
+                // <= the pivot equals it, and any `need` of those will do.
+                push_segment(dst, start, need);
+                seg_need = 0u;
             } else if (kind == PARTITION) {
                 // n_a < need elements are <= the pivot: keep them, search the rest.
                 push_segment(dst, start, n_a);
@@ -260,6 +284,23 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
                 seg_start = start + n_a;
                 seg_len = len - n_a;
                 seg_kind = FILTER;
+            } else if (kind == SPLIT) {
+                seg_src = dst;
+                if (n_a == 0u) {
+                    // The pivot is the least element: split around `<=` it instead, which
+                    // also settles a segment of ties.
+                    seg_kind = PARTITION;
+                } else if (n_a > need) {
+                    seg_len = n_a;
+                    seg_kind = FILTER;
+                } else {
+                    // Everything below the pivot is wanted.
+                    push_segment(dst, start, n_a);
+                    seg_need = need - n_a;
+                    seg_start = start + n_a;
+                    seg_len = len - n_a;
+                    seg_kind = FILTER;
+                }
             } else if (n_a >= need) {
                 seg_src = dst;
                 seg_len = n_a;
