@@ -20,7 +20,8 @@ import re
 import subprocess
 import sys
 
-KNNG = "./target/release/knng"
+# KNNG=path runs another build (an earlier commit, for before/after notes).
+KNNG = os.environ.get("KNNG", "./target/release/knng")
 TORCH = ".bench/torch_knn.py"
 
 

@@ -17,6 +17,11 @@
 //   mode 1 (cosine, correlation on unit rows): 1 - q.c
 //   mode 2 (inner product, larger is nearer): -q.c
 // and writes +inf where the corpus row is the query itself (kNN graph without self).
+//
+// Shortlist (shortlist_cap > 0, every distance tile after a query tile's first): each row
+// carries a bound, the largest key of its running candidate list. A key below it is also
+// appended to the row's shortlist, so that the selection reads a few dozen pairs instead of
+// the whole row. A row whose shortlist overflows is selected from the dense tile as before.
 
 struct Params {
     q_rows: u32,     // valid query rows in this tile
@@ -27,6 +32,10 @@ struct Params {
     out_stride: u32, // row stride of the distance tile
     mode: u32,
     groups_x: u32,
+    shortlist_cap: u32, // pairs per row of the shortlist; 0: no shortlist
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 override BM: u32 = 128u;
@@ -42,8 +51,11 @@ override BLOCKS: u32 = Q_BLOCKS + (BN / 4u) * (BK / 4u);
 @group(0) @binding(2) var<storage, read> corpus: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> q_norms: array<f32>;
 @group(0) @binding(4) var<storage, read> c_norms: array<f32>;
-@group(0) @binding(5) var<storage, read> exclude: array<u32>;
+// Per query row: (corpus index to exclude, bits of the shortlist bound).
+@group(0) @binding(5) var<storage, read> row_state: array<vec2<u32>>;
 @group(0) @binding(6) var<storage, read_write> dist: array<f32>;
+@group(0) @binding(7) var<storage, read_write> shortlist_len: array<atomic<u32>>;
+@group(0) @binding(8) var<storage, read_write> shortlist: array<vec2<u32>>;
 
 // q_tile[k * BM / 4 + m / 4] holds query rows m..m+3 at depth k of the current slice.
 var<workgroup> q_tile: array<vec4<f32>, BK * BM / 4u>;
@@ -126,7 +138,10 @@ fn store_row(r: u32, c: u32, d0: vec4<f32>, d1: vec4<f32>) {
         return;
     }
     let qn = q_norms[r];
-    let own = exclude[r];
+    let state = row_state[r];
+    let own = state.x;
+    let bound = bitcast<f32>(state.y);
+    let cap = params.shortlist_cap;
     let inf = bitcast<f32>(0x7f800000u);
     for (var half = 0u; half < 2u; half++) {
         let dots = select(d0, d1, half == 1u);
@@ -138,6 +153,12 @@ fn store_row(r: u32, c: u32, d0: vec4<f32>, d1: vec4<f32>) {
                     v = inf;
                 }
                 dist[r * params.out_stride + col] = v;
+                if (cap != 0u && v < bound) {
+                    let slot = atomicAdd(&shortlist_len[r], 1u);
+                    if (slot < cap) {
+                        shortlist[r * cap + slot] = vec2<u32>(bitcast<u32>(v), params.col_base + col);
+                    }
+                }
             }
         }
     }

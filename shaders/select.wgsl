@@ -22,6 +22,12 @@
 // already in the output buffer (merging a tile's candidates into the running list). The
 // output buffer holds the running lists of all rows first, so that they can be read back in
 // one contiguous copy, then the latest tile's lists.
+//
+// Shortlists (shortlist_cap > 0, distance tiles after a query tile's first): the distance
+// kernel has already appended each row's keys below its bound to the row's shortlist. The
+// dense select then only serves rows whose shortlist overflowed, and the merge takes the
+// shortlist as its second list where it did not. Whatever writes a running list leaves its
+// largest key as the row's next bound; the merge empties the shortlist.
 // A row that does not finish within MAX_PASSES sets its flag; the host then answers that row
 // another way, so a pathological row is slow but never wrong.
 
@@ -37,7 +43,7 @@ struct Params {
     dense: u32,          // 1: dense f32 input; 0: pairs at the start of the output row
     groups_x: u32,
     rows_per_group: u32, // rows per workgroup of select_rows_per_subgroup
-    _pad1: u32,
+    shortlist_cap: u32,  // pairs per row of the shortlists; 0: not used
 }
 
 const WG: u32 = 256u;
@@ -61,6 +67,13 @@ const SAMPLES: u32 = 64u;
 @group(0) @binding(3) var<storage, read_write> aux_b: array<vec2<u32>>;
 @group(0) @binding(4) var<storage, read_write> out: array<vec2<u32>>;
 @group(0) @binding(5) var<storage, read_write> failed: array<u32>;
+// Per row: (corpus index to exclude, bits of the shortlist bound); see distance.wgsl.
+@group(0) @binding(6) var<storage, read_write> row_state: array<vec2<u32>>;
+@group(0) @binding(7) var<storage, read_write> shortlist_len: array<u32>;
+@group(0) @binding(8) var<storage, read> shortlist: array<vec2<u32>>;
+
+// Whether this invocation's row merges with its shortlist rather than the tile's list.
+var<private> from_shortlist: bool;
 
 var<workgroup> seg_src: u32;
 var<workgroup> seg_start: u32;
@@ -73,6 +86,7 @@ var<workgroup> stack_src: array<u32, 64>;
 var<workgroup> stack_start: array<u32, 64>;
 var<workgroup> stack_len: array<u32, 64>;
 var<workgroup> samples: array<f32, WG>;
+var<workgroup> row_count: u32;
 
 fn load_pair(src: u32, row: u32, i: u32) -> vec2<u32> {
     if (src == SRC_A) {
@@ -88,6 +102,9 @@ fn load_pair(src: u32, row: u32, i: u32) -> vec2<u32> {
     // slot of the region that starts at in_stride), `need` pairs each.
     if (i < params.need) {
         return out[row * params.out_stride + i];
+    }
+    if (from_shortlist) {
+        return shortlist[row * params.shortlist_cap + (i - params.need)];
     }
     return out[params.in_stride + row * params.out_stride + (i - params.need)];
 }
@@ -175,6 +192,30 @@ fn running_bound(lid: u32, row: u32) {
     workgroupBarrier();
 }
 
+// Input length of a row; for a merge with shortlists, also decides where its second list is.
+fn row_length(row: u32) -> u32 {
+    from_shortlist = false;
+    if (params.dense == 0u && params.shortlist_cap != 0u) {
+        let count = shortlist_len[row];
+        if (count <= params.shortlist_cap) {
+            from_shortlist = true;
+            return params.need + count;
+        }
+    }
+    return params.len;
+}
+
+// After a merge: the shortlist is consumed, start the next tile's empty. Bit 1 of the row's
+// flags records that a shortlist was used, for the host's statistics.
+fn end_merge(row: u32) {
+    if (params.dense == 0u && params.shortlist_cap != 0u) {
+        shortlist_len[row] = 0u;
+        if (from_shortlist) {
+            failed[row] = failed[row] | 2u;
+        }
+    }
+}
+
 // The body of the `select_rows` entry point, which the rank file declares because only it
 // knows whether subgroup built-ins exist.
 fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
@@ -182,6 +223,16 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
     if (row >= params.rows) {
         return;
     }
+    if (params.dense == 1u && params.shortlist_cap != 0u) {
+        if (lid == 0u) {
+            row_count = shortlist_len[row];
+        }
+        if (workgroupUniformLoad(&row_count) <= params.shortlist_cap) {
+            // The merge takes this row's shortlist.
+            return;
+        }
+    }
+    let row_len = row_length(row);
     // After the first distance tile the running list bounds what is worth keeping.
     var first_kind = FILTER;
     if (params.dense == 1u && params.out_offset != 0u) {
@@ -192,7 +243,7 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
     if (lid == 0u) {
         seg_src = SRC_INPUT;
         seg_start = 0u;
-        seg_len = params.len;
+        seg_len = row_len;
         seg_need = params.need;
         seg_kind = first_kind;
         stack_top = 0u;
@@ -321,7 +372,8 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
 
     if (!finished) {
         if (lid == 0u) {
-            failed[row] = 1u;
+            failed[row] = failed[row] | 1u;
+            end_merge(row);
         }
         return;
     }
@@ -344,5 +396,16 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
     storageBarrier();
     for (var i = written + lid; i < params.need; i += WG) {
         out[out_base + i] = vec2<u32>(INF_BITS, NONE);
+    }
+    if (params.out_offset == 0u) {
+        // The running list is complete: its largest key bounds the next tile's shortlist.
+        storageBarrier();
+        running_bound(lid, row);
+        if (lid == 0u) {
+            row_state[row].y = pivot_bits;
+        }
+    }
+    if (lid == 0u) {
+        end_merge(row);
     }
 }

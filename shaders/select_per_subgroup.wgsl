@@ -57,7 +57,6 @@ fn select_rows_per_subgroup(
 
     var src = SRC_INPUT;
     var start = 0u;
-    var len = params.len;
     var need = params.need;
     var or_equal = false;
     var pivot = 0.0;
@@ -66,6 +65,10 @@ fn select_rows_per_subgroup(
     var stack_len: array<u32, ROW_STACK>;
     var top = 0u;
     var done = sg_id >= rows_per_group || row >= params.rows;
+    var len = 0u;
+    if (!done) {
+        len = row_length(row);
+    }
 
     for (var pass_no = 0u; pass_no < MAX_PASSES; pass_no++) {
         if (lane == 0u) {
@@ -153,19 +156,32 @@ fn select_rows_per_subgroup(
     }
     if (!done) {
         if (lane == 0u) {
-            failed[row] = 1u;
+            failed[row] = failed[row] | 1u;
+            end_merge(row);
         }
         return;
     }
     let out_base = row * params.out_stride + params.out_offset;
     var written = 0u;
+    var largest = bitcast<f32>(0xff800000u);
     for (var s = 0u; s < top; s++) {
         for (var i = lane; i < stack_len[s]; i += size) {
-            out[out_base + written + i] = load_pair(stack_src[s], row, stack_start[s] + i);
+            let e = load_pair(stack_src[s], row, stack_start[s] + i);
+            out[out_base + written + i] = e;
+            largest = max(largest, bitcast<f32>(e.x));
         }
         written += stack_len[s];
     }
     for (var i = written + lane; i < params.need; i += size) {
         out[out_base + i] = vec2<u32>(INF_BITS, NONE);
+        largest = bitcast<f32>(INF_BITS);
+    }
+    // Written into the running list: its largest key bounds the next tile's shortlist.
+    largest = subgroupMax(largest);
+    if (lane == 0u) {
+        if (params.out_offset == 0u) {
+            row_state[row].y = bitcast<u32>(largest);
+        }
+        end_merge(row);
     }
 }

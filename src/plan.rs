@@ -33,10 +33,13 @@ pub(crate) struct TilePlan {
     pub column_tile: usize,
     /// Row stride of the auxiliary select arrays: max(column tile, 2 kc).
     pub scratch_stride: usize,
+    /// Pairs per row of the shortlist of keys under the row's bound (a few times kc: on data
+    /// in random order a tile adds about kc / tiles-so-far of them); 0 when there are none.
+    pub shortlist_cap: usize,
 }
 
 /// Largest distance tile width: wide tiles amortise the per-tile merge of candidate lists.
-const MAX_COLUMN_TILE: usize = 16384;
+pub(crate) const MAX_COLUMN_TILE: usize = 16384;
 
 /// Bytes of one prepared row: padded to a multiple of 4 floats for vec4 loads.
 pub(crate) fn prepared_row_bytes(d: usize) -> u64 {
@@ -66,30 +69,45 @@ pub(crate) fn plan_tiles(
     kc: usize,
     corpus: CorpusPlan,
     n: usize,
+    max_column_tile: usize,
     dev: DeviceBudget,
 ) -> Result<TilePlan> {
-    let column_tile = corpus.chunk_rows.min(MAX_COLUMN_TILE);
+    let column_tile = corpus.chunk_rows.min(max_column_tile);
     let scratch_stride = column_tile.max(2 * kc);
     let row = prepared_row_bytes(d);
     let corpus_bytes = if corpus.resident { n as u64 * row } else { 2 * corpus.chunk_rows as u64 * row };
     let free = dev.budget.saturating_sub(corpus_bytes);
-    let per_query_row = 4 * column_tile as u64      // distance tile
-        + 16 * scratch_stride as u64                 // two auxiliary arrays of (key, index)
-        + 3 * 16 * kc as u64                         // running + tile lists, exact keys, read-back
-        + 2 * row                                    // raw and prepared query
-        + 16; // norm, exclusion, failure flag
-    let limits = [
-        free / per_query_row,
-        dev.max_binding / (4 * column_tile as u64),
-        dev.max_binding / (8 * scratch_stride as u64),
-        dev.max_binding / (16 * kc as u64),
-        dev.max_binding / row,
-        // One workgroup per query row in the select; 2-D dispatch covers 65535^2, but keep
-        // tiles moderate so one submission stays short.
-        65535,
-        nq as u64,
-    ];
-    let query_rows = limits.into_iter().min().unwrap_or(0) as usize;
+    let query_rows_with = |shortlist_cap: usize| {
+        let per_query_row = 4 * column_tile as u64      // distance tile
+            + 16 * scratch_stride as u64                 // two auxiliary arrays of (key, index)
+            + 3 * 16 * kc as u64                         // running + tile lists, exact keys, read-back
+            + 8 * shortlist_cap as u64                   // shortlist
+            + 2 * row                                    // raw and prepared query
+            + 24; // norm, exclusion and bound, shortlist length, failure flag
+        let limits = [
+            free / per_query_row,
+            dev.max_binding / (4 * column_tile as u64),
+            dev.max_binding / (8 * scratch_stride as u64),
+            dev.max_binding / (16 * kc as u64),
+            dev.max_binding / (8 * shortlist_cap.max(1) as u64),
+            dev.max_binding / row,
+            // One workgroup per query row in the select; 2-D dispatch covers 65535^2, but
+            // keep tiles moderate so one submission stays short.
+            65535,
+            nq as u64,
+        ];
+        (limits.into_iter().min().unwrap_or(0) as usize, per_query_row)
+    };
+    // A merge holds the running list and the shortlist in the auxiliary arrays. Shortlists
+    // are an optimisation: under a budget so tight that they would halve the query tile,
+    // every tile is selected densely instead.
+    let mut shortlist_cap = (2 * kc + 64).min(scratch_stride - kc);
+    let (mut query_rows, per_query_row) = query_rows_with(shortlist_cap);
+    let (dense_rows, _) = query_rows_with(0);
+    if query_rows < dense_rows / 2 || query_rows == 0 {
+        shortlist_cap = 0;
+        query_rows = dense_rows;
+    }
     if query_rows == 0 {
         return Err(Error::TooLargeForDevice(format!(
             "{kc} candidates per query need {per_query_row} bytes per query row, more than the GPU memory budget \
@@ -97,7 +115,7 @@ pub(crate) fn plan_tiles(
             dev.budget, dev.max_binding
         )));
     }
-    Ok(TilePlan { query_rows, column_tile, scratch_stride })
+    Ok(TilePlan { query_rows, column_tile, scratch_stride, shortlist_cap })
 }
 
 #[cfg(test)]
@@ -118,7 +136,7 @@ mod tests {
         ] {
             let corpus = plan_corpus(n, d, LAVAPIPE).unwrap();
             assert!(corpus.chunk_rows as u64 * prepared_row_bytes(d) <= LAVAPIPE.max_binding);
-            let t = match plan_tiles(n, d, kc, corpus, n, LAVAPIPE) {
+            let t = match plan_tiles(n, d, kc, corpus, n, MAX_COLUMN_TILE, LAVAPIPE) {
                 Ok(t) => t,
                 Err(e) => {
                     assert!(kc as u64 * 16 > LAVAPIPE.max_binding, "n={n} d={d} kc={kc}: {e}");
@@ -131,6 +149,9 @@ mod tests {
             assert!(q * t.scratch_stride as u64 * 8 <= LAVAPIPE.max_binding);
             assert!(q * kc as u64 * 16 <= LAVAPIPE.max_binding);
             assert!(t.scratch_stride >= t.column_tile && t.scratch_stride >= 2 * kc);
+            assert!(t.shortlist_cap == 0 || t.shortlist_cap >= kc);
+            assert!(kc + t.shortlist_cap <= t.scratch_stride);
+            assert!(q * t.shortlist_cap as u64 * 8 <= LAVAPIPE.max_binding);
         }
     }
 

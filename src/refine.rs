@@ -29,6 +29,8 @@ pub(crate) struct Candidates {
     pub ids: Vec<u32>,
     /// Rows the backend could not finish; they are answered by brute force.
     pub failed: Vec<bool>,
+    /// Rows whose candidates came at least once from a shortlist of the GPU's bound filter.
+    pub shortlisted: usize,
     /// Exact float64 ranking keys of the candidates, `queries x kc`, when the backend
     /// computed them (the GPU with SHADER_F64); otherwise the host computes them.
     pub exact: Option<Vec<f64>>,

@@ -65,6 +65,10 @@ pub struct Options {
     /// Cap on workgroups per dispatch dimension (default: the adapter's limit, 65535).
     /// Lower values force the 2-D dispatch path on small problems, for tests.
     pub max_workgroups_per_dimension: Option<u32>,
+    /// Cap on corpus rows per GPU distance tile (default 16384). Lower values give small
+    /// problems many tiles, so that tests reach the merges and shortlists of large ones.
+    #[doc(hidden)]
+    pub max_column_tile: Option<usize>,
 }
 
 impl std::fmt::Debug for Options {
@@ -78,6 +82,7 @@ impl std::fmt::Debug for Options {
             .field("progress", &self.progress.is_some())
             .field("profile", &self.profile)
             .field("max_workgroups_per_dimension", &self.max_workgroups_per_dimension)
+            .field("max_column_tile", &self.max_column_tile)
             .finish()
     }
 }
@@ -99,6 +104,10 @@ pub struct RunStats {
     /// Candidate lists whose float64 keys were computed on the GPU (adapters with
     /// SHADER_F64) rather than on the host, summed over rounds.
     pub rows_reranked_on_gpu: usize,
+    /// Query rows whose candidates from some distance tile came from the GPU's shortlist
+    /// (keys under the row's running bound, filtered in the distance kernel) rather than a
+    /// selection over the whole tile, summed over rounds.
+    pub rows_shortlisted: usize,
     /// Seconds spent on float64 row statistics and on preparing the corpus on the backend.
     pub prepare_seconds: f64,
     /// Seconds spent finding fp32 candidates (GPU or CPU GEMM and selection, with uploads
@@ -274,6 +283,7 @@ impl Knn {
             if cands.exact.is_some() {
                 stats.rows_reranked_on_gpu += pending.len();
             }
+            stats.rows_shortlisted += cands.shortlisted;
             let clock = std::time::Instant::now();
             let brute_forced = std::sync::atomic::AtomicUsize::new(0);
             let results: Vec<(usize, Option<Ranked>)> = pending

@@ -13,10 +13,12 @@ use knng::{Backend, Knn, Options};
 /// `default_budget`: the engine runs with the default memory budget, so every case's corpus
 /// is resident in one binding.
 fn run_table(knn: &Knn, default_budget: bool) {
-    run_cases(knn, cases(), default_budget);
+    run_cases(knn, cases(), default_budget, false);
 }
 
-fn run_cases(knn: &Knn, cases: Vec<Case>, default_budget: bool) {
+/// `shortlists`: the GPU engine has narrow distance tiles, so every row must take some
+/// tile's candidates from the shortlist of its running bound.
+fn run_cases(knn: &Knn, cases: Vec<Case>, default_budget: bool, shortlists: bool) {
     for case in cases {
         let label = format!("[{}] {}", knn.description(), case.name);
         match &case.queries {
@@ -38,6 +40,9 @@ fn run_cases(knn: &Knn, cases: Vec<Case>, default_budget: bool) {
         if default_budget && knn.description().contains("f64 re-ranking") {
             assert!(stats.rows_reranked_on_gpu > 0, "{label}: the GPU re-ranking did not run");
         }
+        if shortlists {
+            assert!(stats.rows_shortlisted > 0, "{label}: no row took candidates from a shortlist");
+        }
         // The float64 brute force is a safety net, not a path that may carry a test.
         assert_eq!(stats.rows_brute_forced, 0, "{label}: the backend failed to select rows");
     }
@@ -45,6 +50,10 @@ fn run_cases(knn: &Knn, cases: Vec<Case>, default_budget: bool) {
 
 /// A GPU engine, or a failed test. `None` only for a declared skip of the subgroup path.
 fn gpu(no_subgroups: bool, memory_budget: Option<u64>) -> Option<Knn> {
+    gpu_with(no_subgroups, memory_budget, None)
+}
+
+fn gpu_with(no_subgroups: bool, memory_budget: Option<u64>, max_column_tile: Option<usize>) -> Option<Knn> {
     let options = Options {
         backend: Backend::Gpu,
         adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
@@ -53,6 +62,7 @@ fn gpu(no_subgroups: bool, memory_budget: Option<u64>) -> Option<Knn> {
         // With small tiles, also cap dispatches at 3 workgroups per dimension so that every
         // kernel runs on its 2-D dispatch path.
         max_workgroups_per_dimension: memory_budget.map(|_| 3),
+        max_column_tile,
         ..Options::default()
     };
     let knn = Knn::new(options).unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));
@@ -106,26 +116,27 @@ fn gpu_workgroup_select_small_tiles_matches_float64_oracle() {
     run_table(&gpu(true, Some(TINY_BUDGET)).expect("the workgroup select runs on every adapter"), false);
 }
 
-/// Budget that cuts the larger cases into several chunks, query tiles and distance tiles.
+/// Budget that cuts the larger cases into several chunks and query tiles, and distance
+/// tiles narrow enough that every row has many of them (shortlists, merges).
 const SMALL_BUDGET: u64 = 2 << 20;
+const NARROW_TILE: usize = 384;
 
 #[test]
 fn cpu_backend_larger_cases() {
-    run_cases(&Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap(), larger_cases(), false);
+    let knn = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
+    run_cases(&knn, larger_cases(), false, false);
 }
 
 #[test]
 fn gpu_subgroup_select_larger_cases() {
-    if let Some(knn) = gpu(false, Some(SMALL_BUDGET)) {
-        run_cases(&knn, larger_cases(), false);
+    if let Some(knn) = gpu_with(false, Some(SMALL_BUDGET), Some(NARROW_TILE)) {
+        run_cases(&knn, larger_cases(), false, true);
     }
 }
 
 #[test]
 fn gpu_workgroup_select_larger_cases() {
-    run_cases(
-        &gpu(true, Some(SMALL_BUDGET)).expect("the workgroup select runs on every adapter"),
-        larger_cases(),
-        false,
-    );
+    let knn =
+        gpu_with(true, Some(SMALL_BUDGET), Some(NARROW_TILE)).expect("the workgroup select runs on every adapter");
+    run_cases(&knn, larger_cases(), false, true);
 }

@@ -65,6 +65,8 @@ struct DistanceParams {
     out_stride: u32,
     mode: u32,
     groups_x: u32,
+    shortlist_cap: u32,
+    _pad: [u32; 3],
 }
 
 /// `Params` of select.wgsl.
@@ -82,7 +84,7 @@ struct SelectParams {
     dense: u32,
     groups_x: u32,
     rows_per_group: u32,
-    _pad: u32,
+    shortlist_cap: u32,
 }
 
 /// `Params` of refine.wgsl.
@@ -99,6 +101,9 @@ struct RefineParams {
 
 /// Bytes bound for each parameter block: the largest of them.
 const PARAMS_SIZE: u64 = std::mem::size_of::<SelectParams>() as u64;
+const _: () = assert!(std::mem::size_of::<DistanceParams>() as u64 <= PARAMS_SIZE);
+const _: () = assert!(std::mem::size_of::<NormsParams>() as u64 <= PARAMS_SIZE);
+const _: () = assert!(std::mem::size_of::<RefineParams>() as u64 <= PARAMS_SIZE);
 
 struct Kernel {
     pipeline: wgpu::ComputePipeline,
@@ -118,6 +123,8 @@ pub(crate) struct GpuEngine {
     profiler: Option<Profiler>,
     /// Largest workgroup count per dispatch dimension.
     max_groups: u32,
+    /// Largest distance tile, in corpus rows.
+    max_column_tile: usize,
     max_binding: u64,
     /// Bytes the engine may allocate; halved after each out-of-memory error.
     budget: std::sync::atomic::AtomicU64,
@@ -223,7 +230,7 @@ impl GpuEngine {
             context::choose_adapter(&adapters, options.adapter.as_deref(), hardware_only && options.adapter.is_none())?;
         let ctx = Context::open(&adapters[chosen], !options.no_subgroups, options.profile)?;
         let tile = [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", TILE_K as f64)];
-        let select_slots = [RO, RW, RW, RW, RW];
+        let select_slots = [RO, RW, RW, RW, RW, RW, RW, RO];
         let (norms, distance, select, merge_per_subgroup) = ctx.allocating(|| {
             let select = kernel(
                 &ctx,
@@ -246,7 +253,7 @@ impl GpuEngine {
                     "distance",
                     shaders::DISTANCE,
                     "distance_tile",
-                    &[RO, RO, RO, RO, RO, RW],
+                    &[RO, RO, RO, RO, RO, RW, RW, RW],
                     &tile,
                     Checks::Unchecked,
                 ),
@@ -303,6 +310,7 @@ impl GpuEngine {
             refine,
             profiler,
             max_groups,
+            max_column_tile: options.max_column_tile.unwrap_or(plan::MAX_COLUMN_TILE).max(1),
             max_binding,
             budget,
         })
@@ -574,12 +582,15 @@ pub(crate) struct CorpusSession<'a> {
 struct TileBuffers {
     raw_queries: wgpu::Buffer,
     queries: PreparedRows,
-    exclude: wgpu::Buffer,
+    /// Per query row: (corpus index to exclude, shortlist bound).
+    row_state: wgpu::Buffer,
     failed: wgpu::Buffer,
     dist: wgpu::Buffer,
     aux_a: wgpu::Buffer,
     aux_b: wgpu::Buffer,
     candidates: wgpu::Buffer,
+    shortlist_len: wgpu::Buffer,
+    shortlist: wgpu::Buffer,
     uniform: wgpu::Buffer,
     /// Read-back of the running lists, then (at `flags_at`) the failure flags.
     staging: wgpu::Buffer,
@@ -642,7 +653,7 @@ impl CorpusSession<'_> {
         let gpu = self.gpu;
         let nq = queries.rows();
         let d = queries.cols();
-        let tiles = plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), gpu.budget())?;
+        let tiles = plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), gpu.max_column_tile, gpu.budget())?;
         let q = tiles.query_rows;
         let storage = wgpu::BufferUsages::STORAGE;
         let copy = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
@@ -660,12 +671,14 @@ impl CorpusSession<'_> {
                 vectors: gpu.buffer("query rows", (q * d.div_ceil(4) * 16) as u64, storage)?,
                 norms: gpu.buffer("query norms", (q * 4) as u64, storage)?,
             },
-            exclude: gpu.buffer("exclude", (q * 4) as u64, storage | copy)?,
+            row_state: gpu.buffer("row state", (q * 8) as u64, storage | copy)?,
             failed: gpu.buffer("failed", (q * 4) as u64, storage | copy)?,
             dist: gpu.buffer("distances", (q * tiles.column_tile * 4) as u64, storage)?,
             aux_a: gpu.buffer("aux a", (q * tiles.scratch_stride * 8) as u64, storage)?,
             aux_b: gpu.buffer("aux b", (q * tiles.scratch_stride * 8) as u64, storage)?,
             candidates: gpu.buffer("candidates", (q * 2 * kc * 8) as u64, storage | copy)?,
+            shortlist_len: gpu.buffer("shortlist lengths", (q * 4) as u64, storage | copy)?,
+            shortlist: gpu.buffer("shortlists", (q * tiles.shortlist_cap * 8).max(8) as u64, storage)?,
             uniform: gpu.buffer(
                 "params",
                 (1 + 3 * column_tiles as u64) * PARAM_SLOT,
@@ -690,6 +703,7 @@ impl CorpusSession<'_> {
             keys: vec![f32::INFINITY; nq * kc],
             ids: vec![u32::MAX; nq * kc],
             failed: vec![false; nq],
+            shortlisted: 0,
         };
         for q0 in (0..nq).step_by(q) {
             let rows = q.min(nq - q0);
@@ -720,14 +734,16 @@ impl CorpusSession<'_> {
             0,
             bytemuck::cast_slice(&queries.as_slice()[q0 * d..(q0 + rows) * d]),
         );
-        gpu.ctx.queue.write_buffer(&b.exclude, 0, bytemuck::cast_slice(exclude));
+        // No bound before the first tile.
+        let row_state: Vec<[u32; 2]> = exclude.iter().map(|&e| [e, f32::INFINITY.to_bits()]).collect();
+        gpu.ctx.queue.write_buffer(&b.row_state, 0, bytemuck::cast_slice(&row_state));
         gpu.add_transfer_time(started);
 
         let select_bind = bind_group(
             device,
             &gpu.select.layout,
             &b.uniform,
-            &[&b.dist, &b.aux_a, &b.aux_b, &b.candidates, &b.failed],
+            &[&b.dist, &b.aux_a, &b.aux_b, &b.candidates, &b.failed, &b.row_state, &b.shortlist_len, &b.shortlist],
         );
         let norms_bind = bind_group(
             device,
@@ -740,7 +756,16 @@ impl CorpusSession<'_> {
                 device,
                 &gpu.distance.layout,
                 &b.uniform,
-                &[&b.queries.vectors, &chunk.vectors, &b.queries.norms, &chunk.norms, &b.exclude, &b.dist],
+                &[
+                    &b.queries.vectors,
+                    &chunk.vectors,
+                    &b.queries.norms,
+                    &chunk.norms,
+                    &b.row_state,
+                    &b.dist,
+                    &b.shortlist_len,
+                    &b.shortlist,
+                ],
             )
         };
 
@@ -782,6 +807,9 @@ impl CorpusSession<'_> {
                 for c0 in (0..chunk.rows).step_by(tiles.column_tile) {
                     let cols = tiles.column_tile.min(chunk.rows - c0);
                     let col_base = (chunk.first + c0) as u32;
+                    // From the second tile on, rows have a bound and keys under it go to
+                    // their shortlists.
+                    let shortlist_cap = if first_tile { 0 } else { tiles.shortlist_cap as u32 };
                     let (gx, gy) =
                         grid(rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize), gpu.max_groups);
                     let offset = params.push(DistanceParams {
@@ -793,6 +821,8 @@ impl CorpusSession<'_> {
                         out_stride: tiles.column_tile as u32,
                         mode: metric_modes(self.metric).1,
                         groups_x: gx,
+                        shortlist_cap,
+                        _pad: [0; 3],
                     });
                     jobs.push(Job { step: Step::Distance, offset, groups: (gx, gy), bind: dbind });
                     let (sx, sy) = grid(rows, gpu.max_groups);
@@ -804,6 +834,7 @@ impl CorpusSession<'_> {
                         scratch_stride: tiles.scratch_stride as u32,
                         out_stride: kc as u32,
                         groups_x: sx,
+                        shortlist_cap,
                         ..Default::default()
                     };
                     // The tile's kc best: straight into the running lists for the first tile,
@@ -843,6 +874,7 @@ impl CorpusSession<'_> {
             let mut encoder = device.create_command_encoder(&Default::default());
             if batch_no == 0 {
                 encoder.clear_buffer(&b.failed, 0, None);
+                encoder.clear_buffer(&b.shortlist_len, 0, None);
             }
             gpu.submit(encoder, &jobs)?;
         }
@@ -895,8 +927,10 @@ impl CorpusSession<'_> {
                 *key = f32::from_bits(pair[0]);
                 *id = pair[1];
             });
+            // Bit 0: unfinished; bit 1: took a shortlist.
             for (failed, &flag) in out.failed[q0..q0 + rows].iter_mut().zip(flags) {
-                *failed = flag != 0;
+                *failed = flag & 1 != 0;
+                out.shortlisted += (flag >> 1 & 1) as usize;
             }
             if let (Some((_, at)), Some(exact)) = (&b.exact, out.exact.as_mut()) {
                 let keys: &[f64] = bytemuck::cast_slice(&bytes[*at as usize..*at as usize + pair_bytes as usize]);
@@ -990,6 +1024,10 @@ impl GpuEngine {
         let aux_b = self.buffer("aux b", tile_rows as u64 * row_bytes, storage)?;
         let out = self.buffer("selected", (tile_rows * k * 8) as u64, storage)?;
         let failed = self.buffer("failed", (tile_rows * 4) as u64, storage)?;
+        // Bounds are written, shortlists unused (one tile, no merge).
+        let row_state = self.buffer("row state", (tile_rows * 8) as u64, storage)?;
+        let no_shortlist_len = self.buffer("no shortlist lengths", 16, storage)?;
+        let no_shortlist = self.buffer("no shortlist", 16, storage)?;
         self.ctx.wait()?;
         self.take_profile();
         let started = std::time::Instant::now();
@@ -1009,8 +1047,12 @@ impl GpuEngine {
                 ..Default::default()
             });
             let uniform = self.upload_uniform(&params)?;
-            let bind =
-                bind_group(&self.ctx.device, &self.select.layout, &uniform, &[&dist, &aux_a, &aux_b, &out, &failed]);
+            let bind = bind_group(
+                &self.ctx.device,
+                &self.select.layout,
+                &uniform,
+                &[&dist, &aux_a, &aux_b, &out, &failed, &row_state, &no_shortlist_len, &no_shortlist],
+            );
             let job = Job { step: Step::SelectRows, offset, groups: (gx, gy), bind: &bind };
             self.submit(self.ctx.device.create_command_encoder(&Default::default()), &[job])?;
         }
@@ -1023,7 +1065,7 @@ impl GpuEngine {
         want.sort_by(f32::total_cmp);
         let mut got: Vec<f32> = selected.iter().map(|p| f32::from_bits(p[0])).collect();
         got.sort_by(f32::total_cmp);
-        let unfinished = flags.iter().filter(|&&f| f != 0).count();
+        let unfinished = flags.iter().filter(|&&f| f & 1 != 0).count();
         if unfinished > 0 {
             return Err(Error::Gpu(format!(
                 "select-only benchmark: {unfinished} of the last {} rows did not finish within the pass limit \

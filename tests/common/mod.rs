@@ -214,6 +214,20 @@ pub fn larger_cases() -> Vec<Case> {
             metric: Metric::Cosine,
         },
         Case {
+            // Sorted data: a row's first distance tiles are far from it, so its bound is
+            // loose and its shortlist overflows on the tiles around it.
+            name: "euclidean: graph n=2000 d=2 k=10, rows sorted along a line".into(),
+            corpus: Matrix::from_rows(
+                &(0..2000)
+                    .map(|i| vec![i as f32 * 0.01 + rng.random_range(0.0..0.005f32), rng.random_range(0.0..0.02f32)])
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap(),
+            queries: None,
+            k: 10,
+            metric: Metric::Euclidean,
+        },
+        Case {
             name: "inner_product: graph n=2500 d=33 k=1".into(),
             corpus: random(&mut rng, 2500, 33, 0.0),
             queries: None,
