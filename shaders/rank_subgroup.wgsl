@@ -1,10 +1,6 @@
-// Partition ranks from subgroup ballots: each invocation counts the set bits below its lane
-// in the ballot of its predicate (all four words: subgroups may be up to 128 wide), and one
-// invocation scans the per-subgroup totals. Appended to select.wgsl on adapters with
-// subgroups.
-
-var<workgroup> subgroup_counts: array<u32, 256>;
-var<workgroup> ranks_total: u32;
+// Append ranks from subgroup ballots: each invocation counts the set bits below its lane in
+// the ballot of its predicate (all four words: subgroups may be up to 128 wide). Appended to
+// select.wgsl on adapters with subgroups.
 
 fn bits_below(ballot: vec4<u32>, lane: u32) -> u32 {
     var n = 0u;
@@ -24,33 +20,24 @@ fn bits_all(ballot: vec4<u32>) -> u32 {
         + countOneBits(ballot.w);
 }
 
-// (rank among left, total left, rank among right, total right) over the workgroup.
-fn partition_ranks(left: bool, right: bool, lid: u32, lane: u32, sg_id: u32, sg_count: u32) -> vec4<u32> {
-    let left_ballot = subgroupBallot(left);
-    let right_ballot = subgroupBallot(right);
+// (slot among this pass's `a` elements, slot among its `b` elements): one atomic add per
+// subgroup and side reserves the subgroup's slots, ballot and popcount order the lanes.
+fn append_ranks(a: bool, b: bool, lane: u32) -> vec2<u32> {
+    let ballot_a = subgroupBallot(a);
+    let ballot_b = subgroupBallot(b);
+    var base = vec2<u32>(0u);
     if (lane == 0u) {
-        // Counts fit in 16 bits: a workgroup has at most 256 invocations.
-        subgroup_counts[sg_id] = bits_all(left_ballot) | (bits_all(right_ballot) << 16u);
-    }
-    workgroupBarrier();
-    if (lid == 0u) {
-        var running = 0u;
-        for (var s = 0u; s < sg_count; s++) {
-            let c = subgroup_counts[s];
-            subgroup_counts[s] = running;
-            running += c;
+        let count_a = bits_all(ballot_a);
+        let count_b = bits_all(ballot_b);
+        if (count_a != 0u) {
+            base.x = atomicAdd(&appended_a, count_a);
         }
-        ranks_total = running;
+        if (count_b != 0u) {
+            base.y = atomicAdd(&appended_b, count_b);
+        }
     }
-    workgroupBarrier();
-    let before = subgroup_counts[sg_id];
-    let total = workgroupUniformLoad(&ranks_total);
-    return vec4<u32>(
-        (before & 0xffffu) + bits_below(left_ballot, lane),
-        total & 0xffffu,
-        (before >> 16u) + bits_below(right_ballot, lane),
-        total >> 16u,
-    );
+    base = subgroupBroadcastFirst(base);
+    return base + vec2<u32>(bits_below(ballot_a, lane), bits_below(ballot_b, lane));
 }
 
 @compute @workgroup_size(256)
@@ -58,8 +45,6 @@ fn select_rows(
     @builtin(local_invocation_index) lid: u32,
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(subgroup_invocation_id) lane: u32,
-    @builtin(subgroup_id) sg_id: u32,
-    @builtin(num_subgroups) sg_count: u32,
 ) {
-    select_row(lid, wid, lane, sg_id, sg_count);
+    select_row(lid, wid, lane);
 }

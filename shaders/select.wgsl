@@ -1,10 +1,12 @@
 // Quick multi-select: the `need` smallest (value, index) pairs of each row, one workgroup per
 // row, after Komarov, Dashti and D'Souza's GPU quick multi-select.
 //
-// Each pass moves part of the current segment into an auxiliary array. Every invocation
-// learns where its element goes from `partition_ranks`: a subgroup ballot plus popcount with
-// one small scan across subgroups (rank_subgroup.wgsl) or, on adapters without subgroups, a
-// workgroup-memory prefix sum (rank_workgroup.wgsl). The host appends one of the two files.
+// Each pass moves part of the current segment into an auxiliary array. Only which elements
+// are kept matters, not their order, so every invocation learns where its element goes from
+// `append_ranks`, a workgroup counter per side: one atomic add per subgroup with a ballot and
+// popcount for the lanes (rank_subgroup.wgsl), or one per element on adapters without
+// subgroups (rank_workgroup.wgsl). No barrier is needed inside a pass. The host appends one
+// of the two files.
 //
 // Passes (the whole loop runs on the GPU, no host round trip):
 // - FILTER around a sampled pivot p: elements < p packed from the left, elements == p from the
@@ -87,6 +89,9 @@ var<workgroup> stack_start: array<u32, 64>;
 var<workgroup> stack_len: array<u32, 64>;
 var<workgroup> samples: array<f32, WG>;
 var<workgroup> row_count: u32;
+// Elements appended to the left (a) and right (b) side in the current pass.
+var<workgroup> appended_a: atomic<u32>;
+var<workgroup> appended_b: atomic<u32>;
 
 fn load_pair(src: u32, row: u32, i: u32) -> vec2<u32> {
     if (src == SRC_A) {
@@ -218,7 +223,7 @@ fn end_merge(row: u32) {
 
 // The body of the `select_rows` entry point, which the rank file declares because only it
 // knows whether subgroup built-ins exist.
-fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
+fn select_row(lid: u32, wid: vec3<u32>, lane: u32) {
     let row = wid.x + wid.y * params.groups_x;
     if (row >= params.rows) {
         return;
@@ -247,6 +252,8 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
         seg_need = params.need;
         seg_kind = first_kind;
         stack_top = 0u;
+        atomicStore(&appended_a, 0u);
+        atomicStore(&appended_b, 0u);
     }
     workgroupBarrier();
 
@@ -277,8 +284,6 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
         let dst = select(SRC_A, SRC_B, src == SRC_A);
 
         // `a` elements are packed from the left, `b` elements from the right end.
-        var n_a = 0u;
-        var n_b = 0u;
         for (var base = 0u; base < len; base += WG) {
             let i = base + lid;
             let valid = i < len;
@@ -299,19 +304,22 @@ fn select_row(lid: u32, wid: vec3<u32>, lane: u32, sg_id: u32, sg_count: u32) {
             }
             a = a && valid;
             b = b && valid;
-            let r = partition_ranks(a, b, lid, lane, sg_id, sg_count);
+            let r = append_ranks(a, b, lane);
             if (a) {
-                store_pair(dst, row, start + n_a + r.x, e);
+                store_pair(dst, row, start + r.x, e);
             }
             if (b) {
-                store_pair(dst, row, start + len - 1u - (n_b + r.z), e);
+                store_pair(dst, row, start + len - 1u - r.y, e);
             }
-            n_a += r.y;
-            n_b += r.w;
         }
         storageBarrier();
+        workgroupBarrier();
 
         if (lid == 0u) {
+            let n_a = atomicLoad(&appended_a);
+            let n_b = atomicLoad(&appended_b);
+            atomicStore(&appended_a, 0u);
+            atomicStore(&appended_b, 0u);
             if (kind == THRESHOLD) {
                 seg_src = dst;
                 seg_kind = FILTER;

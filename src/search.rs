@@ -155,10 +155,10 @@ impl Knn {
     }
 
     /// Times the GPU selection kernel alone on `rows` rows of `cols` uniform random keys,
-    /// keeping the `k` smallest of each row: (wall seconds, GPU seconds with
+    /// keeping the `k` smallest of each row: (wall seconds, GPU times with
     /// [`Options::profile`]). For `knng bench --what select`; an error on the CPU backend.
     #[doc(hidden)]
-    pub fn bench_select(&self, rows: usize, cols: usize, k: usize) -> Result<(f64, Option<f64>)> {
+    pub fn bench_select(&self, rows: usize, cols: usize, k: usize) -> Result<(f64, Option<GpuTimes>)> {
         match &self.engine {
             Engine::Gpu(g) => g.bench_select(rows, cols, k, 1),
             Engine::Cpu(_) => Err(Error::arg("backend", "the select-only benchmark needs a GPU backend")),

@@ -478,6 +478,15 @@ pub struct GpuTimes {
     pub refine: f64,
     /// Host time uploading inputs and reading candidates back.
     pub transfers: f64,
+    /// GPU time from the first kernel's start to the last kernel's end, summed over
+    /// submissions: kernels plus the gaps between them (barriers, ramp-up and tails).
+    pub span: f64,
+    /// Host time from each submission to its completion, summed: `span` plus launch and
+    /// completion latency.
+    pub submitted: f64,
+    /// Host time creating the buffers of a round of candidates and the host arrays that
+    /// receive them.
+    pub allocation: f64,
 }
 
 impl GpuTimes {
@@ -553,8 +562,10 @@ impl GpuEngine {
         if let Some((p, n)) = timed {
             encoder.resolve_query_set(&p.queries, 0..2 * n, &p.resolved, 0);
         }
+        let started = std::time::Instant::now();
         self.ctx.queue.submit([encoder.finish()]);
         self.ctx.wait()?;
+        let waited = started.elapsed().as_secs_f64();
         if let Some((p, n)) = timed {
             let stamps: Vec<u64> = read_back(self, &p.resolved, Some(16 * n as usize))?;
             let period = self.ctx.queue.get_timestamp_period() as f64 * 1e-9;
@@ -562,6 +573,8 @@ impl GpuEngine {
             for (i, job) in jobs.iter().take(n as usize).enumerate() {
                 times.add(job.step, stamps[2 * i + 1].saturating_sub(stamps[2 * i]) as f64 * period);
             }
+            times.span += stamps[2 * n as usize - 1].saturating_sub(stamps[0]) as f64 * period;
+            times.submitted += waited;
         }
         Ok(())
     }
@@ -663,6 +676,7 @@ impl CorpusSession<'_> {
             self.plan.chunk_rows.div_ceil(tiles.column_tile)
         };
         let gpu_exact = self.raw_corpus.is_some();
+        let started = std::time::Instant::now();
         let buffers = TileBuffers {
             raw_queries: gpu.buffer("queries", (q * d * 4) as u64, storage | copy)?,
             queries: PreparedRows {
@@ -705,6 +719,9 @@ impl CorpusSession<'_> {
             failed: vec![false; nq],
             shortlisted: 0,
         };
+        if let Some(p) = &gpu.profiler {
+            p.times.lock().unwrap_or_else(|e| e.into_inner()).allocation += started.elapsed().as_secs_f64();
+        }
         for q0 in (0..nq).step_by(q) {
             let rows = q.min(nq - q0);
             self.query_tile(queries, q0, rows, &exclude[q0..q0 + rows], kc, tiles, &buffers, &mut out)?;
@@ -999,7 +1016,7 @@ impl GpuEngine {
     /// Times `select_rows` alone: the `k` smallest of each of `rows` rows of `cols` uniform
     /// random keys, as on one distance tile. Returns (wall seconds from the first submission
     /// to the last completion, GPU seconds from timestamps when profiling).
-    pub fn bench_select(&self, rows: usize, cols: usize, k: usize, seed: u64) -> Result<(f64, Option<f64>)> {
+    pub fn bench_select(&self, rows: usize, cols: usize, k: usize, seed: u64) -> Result<(f64, Option<GpuTimes>)> {
         if k == 0 || k > cols {
             return Err(Error::arg("k", format!("k = {k} must be between 1 and the row length {cols}")));
         }
@@ -1076,6 +1093,6 @@ impl GpuEngine {
         if got != want[..k] {
             return Err(Error::Gpu("select-only benchmark: the selection differs from a host sort".into()));
         }
-        Ok((wall, self.take_profile().map(|t| t.select)))
+        Ok((wall, self.take_profile()))
     }
 }

@@ -155,6 +155,12 @@ pub fn bench(a: BenchArgs) -> Outcome {
                 seconds(g.refine),
                 seconds(g.transfers)
             ));
+            say(format!(
+                "  gpu span {} (kernels and the gaps between them) | submission to completion {} | allocation {}",
+                seconds(g.span),
+                seconds(g.submitted),
+                seconds(g.allocation)
+            ));
         }
     }
     Ok(())
@@ -164,8 +170,8 @@ fn gpu_json(g: Option<knng::GpuTimes>) -> String {
     match g {
         None => "null".into(),
         Some(g) => format!(
-            "{{\"prepare_rows_s\":{:.6},\"distance_s\":{:.6},\"select_s\":{:.6},\"merge_s\":{:.6},\"refine_s\":{:.6},\"transfers_s\":{:.6}}}",
-            g.prepare_rows, g.distance, g.select, g.merge, g.refine, g.transfers
+            "{{\"prepare_rows_s\":{:.6},\"distance_s\":{:.6},\"select_s\":{:.6},\"merge_s\":{:.6},\"refine_s\":{:.6},\"transfers_s\":{:.6},\"span_s\":{:.6},\"submitted_s\":{:.6},\"allocation_s\":{:.6}}}",
+            g.prepare_rows, g.distance, g.select, g.merge, g.refine, g.transfers, g.span, g.submitted, g.allocation
         ),
     }
 }
@@ -203,13 +209,22 @@ fn bench_select(a: BenchArgs) -> Outcome {
     if a.json {
         say(format!(
             "{{\"what\":\"select\",\"rows\":{rows},\"cols\":{cols},\"k\":{k},\"backend\":{},\"seconds\":{wall:.6},\
-             \"gpu_s\":{},\"repeat\":{}}}",
+             \"gpu_s\":{},\"span_s\":{},\"submitted_s\":{},\"repeat\":{}}}",
             json_string(&knn.description()),
-            gpu.map_or("null".to_string(), |g| format!("{g:.6}")),
+            gpu.map_or("null".to_string(), |g| format!("{:.6}", g.select)),
+            gpu.map_or("null".to_string(), |g| format!("{:.6}", g.span)),
+            gpu.map_or("null".to_string(), |g| format!("{:.6}", g.submitted)),
             a.repeat
         ));
     } else {
-        let gpu_text = gpu.map_or(String::new(), |g| format!(" | kernel {} ({:.0} GB/s of keys)", seconds(g), gbps(g)));
+        let gpu_text = gpu.map_or(String::new(), |g| {
+            format!(
+                " | kernel {} ({:.0} GB/s of keys), submission to completion {}",
+                seconds(g.select),
+                gbps(g.select),
+                seconds(g.submitted)
+            )
+        });
         say(format!(
             "select {rows} x {cols} k={k} | {} | {} ({:.0} GB/s of keys){gpu_text}",
             knn.description(),
