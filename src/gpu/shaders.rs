@@ -4,18 +4,18 @@
 pub const NORMS: &str = include_str!("../../shaders/norms.wgsl");
 /// The register-blocked distance GEMM (`shaders/distance.wgsl`).
 pub const DISTANCE: &str = include_str!("../../shaders/distance.wgsl");
-/// Quick multi-select, without its rank primitive (`shaders/select.wgsl`).
+/// Quick multi-select, without its entry point (`shaders/select.wgsl`).
 const SELECT: &str = include_str!("../../shaders/select.wgsl");
-/// Partition ranks from subgroup ballots (`shaders/rank_subgroup.wgsl`).
+/// Ballot helpers and the `select_rows` entry point with subgroups (`shaders/rank_subgroup.wgsl`).
 const RANK_SUBGROUP: &str = include_str!("../../shaders/rank_subgroup.wgsl");
 /// Exact float64 keys of the candidates (`shaders/refine.wgsl`); needs SHADER_F64.
 pub const REFINE: &str = include_str!("../../shaders/refine.wgsl");
 /// One subgroup per row, for short rows (`shaders/select_per_subgroup.wgsl`).
 const SELECT_PER_SUBGROUP: &str = include_str!("../../shaders/select_per_subgroup.wgsl");
-/// Partition ranks from a workgroup prefix sum (`shaders/rank_workgroup.wgsl`).
+/// The `select_rows` entry point without subgroups (`shaders/rank_workgroup.wgsl`).
 const RANK_WORKGROUP: &str = include_str!("../../shaders/rank_workgroup.wgsl");
 
-/// The select shader with the rank primitive the adapter supports. With subgroups it also
+/// The select shader with the entry point the adapter supports. With subgroups it also
 /// has the one-subgroup-per-row entry point `select_rows_per_subgroup`.
 pub fn select(subgroups: bool) -> String {
     if subgroups {
