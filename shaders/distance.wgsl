@@ -53,7 +53,7 @@ override BLOCKS: u32 = Q_BLOCKS + (BN / 4u) * (BK / 4u);
 @group(0) @binding(4) var<storage, read> c_norms: array<f32>;
 // Per query row: (corpus index to exclude, bits of the shortlist bound).
 @group(0) @binding(5) var<storage, read> row_state: array<vec2<u32>>;
-@group(0) @binding(6) var<storage, read_write> dist: array<f32>;
+@group(0) @binding(6) var<storage, read_write> dist: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read_write> shortlist_len: array<atomic<u32>>;
 @group(0) @binding(8) var<storage, read_write> shortlist: array<vec2<u32>>;
 
@@ -122,18 +122,31 @@ fn store_block(b: u32, blk: Block) {
     }
 }
 
-fn key(mode: u32, qn: f32, cn: f32, dot: f32) -> f32 {
+fn keys4(mode: u32, qn: f32, cn: vec4<f32>, dots: vec4<f32>) -> vec4<f32> {
     if (mode == 0u) {
-        return qn + cn - 2.0 * dot;
+        return vec4<f32>(qn) + cn - 2.0 * dots;
     }
     if (mode == 1u) {
-        return 1.0 - dot;
+        return vec4<f32>(1.0) - dots;
     }
-    return -dot;
+    return -dots;
 }
 
-// Epilogue for one row: columns c..c+3 from `d0`, c+BN/2..c+BN/2+3 from `d1`.
-fn store_row(r: u32, c: u32, d0: vec4<f32>, d1: vec4<f32>) {
+// Norms of columns c..c+3 of the tile, +inf past its end so that those keys are never kept.
+fn column_norms(c: u32) -> vec4<f32> {
+    var cn = vec4<f32>(bitcast<f32>(0x7f800000u));
+    for (var j = 0u; j < 4u; j++) {
+        if (c + j < params.c_rows) {
+            cn[j] = c_norms[params.c_offset + c + j];
+        }
+    }
+    return cn;
+}
+
+// Epilogue for one row: columns c..c+3 from `d0` (norms `cn0`), c+BN/2..c+BN/2+3 from `d1`
+// (norms `cn1`). Whole vec4s are stored: the tile's row stride is a multiple of 4 and the
+// select never reads past the tile's columns.
+fn store_row(r: u32, c: u32, d0: vec4<f32>, d1: vec4<f32>, cn0: vec4<f32>, cn1: vec4<f32>) {
     if (r >= params.q_rows) {
         return;
     }
@@ -142,21 +155,23 @@ fn store_row(r: u32, c: u32, d0: vec4<f32>, d1: vec4<f32>) {
     let own = state.x;
     let bound = bitcast<f32>(state.y);
     let cap = params.shortlist_cap;
-    let inf = bitcast<f32>(0x7f800000u);
+    let inf = vec4<f32>(bitcast<f32>(0x7f800000u));
     for (var half = 0u; half < 2u; half++) {
-        let dots = select(d0, d1, half == 1u);
-        for (var j = 0u; j < 4u; j++) {
-            let col = c + j + half * (BN / 2u);
-            if (col < params.c_rows) {
-                var v = key(params.mode, qn, c_norms[params.c_offset + col], dots[j]);
-                if (own == params.col_base + col) {
-                    v = inf;
-                }
-                dist[r * params.out_stride + col] = v;
-                if (cap != 0u && v < bound) {
-                    let slot = atomicAdd(&shortlist_len[r], 1u);
-                    if (slot < cap) {
-                        shortlist[r * cap + slot] = vec2<u32>(bitcast<u32>(v), params.col_base + col);
+        let col = c + half * (BN / 2u);
+        if (col < params.c_rows) {
+            let global = vec4<u32>(params.col_base + col) + vec4<u32>(0u, 1u, 2u, 3u);
+            var v = keys4(params.mode, qn, select(cn0, cn1, half == 1u), select(d0, d1, half == 1u));
+            // Past the tile's end, and the query itself in a graph without self.
+            v = select(v, inf, vec4<u32>(col) + vec4<u32>(0u, 1u, 2u, 3u) >= vec4<u32>(params.c_rows));
+            v = select(v, inf, global == vec4<u32>(own));
+            dist[(r * params.out_stride + col) / 4u] = v;
+            if (cap != 0u && any(v < vec4<f32>(bound))) {
+                for (var j = 0u; j < 4u; j++) {
+                    if (v[j] < bound) {
+                        let slot = atomicAdd(&shortlist_len[r], 1u);
+                        if (slot < cap) {
+                            shortlist[r * cap + slot] = vec2<u32>(bitcast<u32>(v[j]), global[j]);
+                        }
                     }
                 }
             }
@@ -249,12 +264,15 @@ fn distance_tile(
         workgroupBarrier();
     }
 
-    store_row(row0 + ty * 4u + 0u + 0u * (BM / 2u), col0 + tx * 4u, r0c0, r0c1);
-    store_row(row0 + ty * 4u + 1u + 0u * (BM / 2u), col0 + tx * 4u, r1c0, r1c1);
-    store_row(row0 + ty * 4u + 2u + 0u * (BM / 2u), col0 + tx * 4u, r2c0, r2c1);
-    store_row(row0 + ty * 4u + 3u + 0u * (BM / 2u), col0 + tx * 4u, r3c0, r3c1);
-    store_row(row0 + ty * 4u + 0u + 1u * (BM / 2u), col0 + tx * 4u, r4c0, r4c1);
-    store_row(row0 + ty * 4u + 1u + 1u * (BM / 2u), col0 + tx * 4u, r5c0, r5c1);
-    store_row(row0 + ty * 4u + 2u + 1u * (BM / 2u), col0 + tx * 4u, r6c0, r6c1);
-    store_row(row0 + ty * 4u + 3u + 1u * (BM / 2u), col0 + tx * 4u, r7c0, r7c1);
+    // Each invocation's eight columns are the same for all its rows.
+    let cn0 = column_norms(col0 + tx * 4u);
+    let cn1 = column_norms(col0 + tx * 4u + BN / 2u);
+    store_row(row0 + ty * 4u + 0u + 0u * (BM / 2u), col0 + tx * 4u, r0c0, r0c1, cn0, cn1);
+    store_row(row0 + ty * 4u + 1u + 0u * (BM / 2u), col0 + tx * 4u, r1c0, r1c1, cn0, cn1);
+    store_row(row0 + ty * 4u + 2u + 0u * (BM / 2u), col0 + tx * 4u, r2c0, r2c1, cn0, cn1);
+    store_row(row0 + ty * 4u + 3u + 0u * (BM / 2u), col0 + tx * 4u, r3c0, r3c1, cn0, cn1);
+    store_row(row0 + ty * 4u + 0u + 1u * (BM / 2u), col0 + tx * 4u, r4c0, r4c1, cn0, cn1);
+    store_row(row0 + ty * 4u + 1u + 1u * (BM / 2u), col0 + tx * 4u, r5c0, r5c1, cn0, cn1);
+    store_row(row0 + ty * 4u + 2u + 1u * (BM / 2u), col0 + tx * 4u, r6c0, r6c1, cn0, cn1);
+    store_row(row0 + ty * 4u + 3u + 1u * (BM / 2u), col0 + tx * 4u, r7c0, r7c1, cn0, cn1);
 }

@@ -31,6 +31,9 @@ pub(crate) struct TilePlan {
     pub query_rows: usize,
     /// Corpus rows per distance tile.
     pub column_tile: usize,
+    /// Row stride of the distance tile: `column_tile` rounded up to whole vec4s, which the
+    /// distance kernel stores.
+    pub dist_stride: usize,
     /// Row stride of the auxiliary select arrays: max(column tile, 2 kc).
     pub scratch_stride: usize,
     /// Pairs per row of the shortlist of keys under the row's bound (a few times kc: on data
@@ -73,12 +76,13 @@ pub(crate) fn plan_tiles(
     dev: DeviceBudget,
 ) -> Result<TilePlan> {
     let column_tile = corpus.chunk_rows.min(max_column_tile);
+    let dist_stride = column_tile.next_multiple_of(4);
     let scratch_stride = column_tile.max(2 * kc);
     let row = prepared_row_bytes(d);
     let corpus_bytes = if corpus.resident { n as u64 * row } else { 2 * corpus.chunk_rows as u64 * row };
     let free = dev.budget.saturating_sub(corpus_bytes);
     let query_rows_with = |shortlist_cap: usize| {
-        let per_query_row = 4 * column_tile as u64      // distance tile
+        let per_query_row = 4 * dist_stride as u64      // distance tile
             + 16 * scratch_stride as u64                 // two auxiliary arrays of (key, index)
             + 3 * 16 * kc as u64                         // running + tile lists, exact keys, read-back
             + 8 * shortlist_cap as u64                   // shortlist
@@ -86,7 +90,7 @@ pub(crate) fn plan_tiles(
             + 24; // norm, exclusion and bound, shortlist length, failure flag
         let limits = [
             free / per_query_row,
-            dev.max_binding / (4 * column_tile as u64),
+            dev.max_binding / (4 * dist_stride as u64),
             dev.max_binding / (8 * scratch_stride as u64),
             dev.max_binding / (16 * kc as u64),
             dev.max_binding / (8 * shortlist_cap.max(1) as u64),
@@ -115,7 +119,7 @@ pub(crate) fn plan_tiles(
             dev.budget, dev.max_binding
         )));
     }
-    Ok(TilePlan { query_rows, column_tile, scratch_stride, shortlist_cap })
+    Ok(TilePlan { query_rows, column_tile, dist_stride, scratch_stride, shortlist_cap })
 }
 
 #[cfg(test)]
@@ -145,7 +149,8 @@ mod tests {
             };
             let q = t.query_rows as u64;
             assert!(q >= 1 && q <= n as u64);
-            assert!(q * t.column_tile as u64 * 4 <= LAVAPIPE.max_binding);
+            assert!(q * t.dist_stride as u64 * 4 <= LAVAPIPE.max_binding);
+            assert!(t.dist_stride >= t.column_tile && t.dist_stride.is_multiple_of(4));
             assert!(q * t.scratch_stride as u64 * 8 <= LAVAPIPE.max_binding);
             assert!(q * kc as u64 * 16 <= LAVAPIPE.max_binding);
             assert!(t.scratch_stride >= t.column_tile && t.scratch_stride >= 2 * kc);

@@ -69,6 +69,9 @@ pub struct Options {
     /// problems many tiles, so that tests reach the merges and shortlists of large ones.
     #[doc(hidden)]
     pub max_column_tile: Option<usize>,
+    /// Depth of the distance kernel's workgroup tiles: 4, 8, 16 (default) or 32. For tuning.
+    #[doc(hidden)]
+    pub distance_tile_depth: Option<u32>,
 }
 
 impl std::fmt::Debug for Options {
@@ -83,6 +86,7 @@ impl std::fmt::Debug for Options {
             .field("profile", &self.profile)
             .field("max_workgroups_per_dimension", &self.max_workgroups_per_dimension)
             .field("max_column_tile", &self.max_column_tile)
+            .field("distance_tile_depth", &self.distance_tile_depth)
             .finish()
     }
 }

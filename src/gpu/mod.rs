@@ -37,7 +37,9 @@ const TILE_M: u32 = 128;
 const TILE_N: u32 = 128;
 const TILE_K: u32 = 16;
 // distance.wgsl loads at most two 4 x 4 operand blocks per invocation and slice.
-const _: () = assert!((TILE_M / 4 + TILE_N / 4) * (TILE_K / 4) <= 2 * (TILE_M / 8) * (TILE_N / 8));
+const MAX_TILE_K: u32 = 32;
+// Every invocation loads at most two 4 x 4 blocks of a slice.
+const _: () = assert!((TILE_M / 4 + TILE_N / 4) * (MAX_TILE_K / 4) <= 2 * (TILE_M / 8) * (TILE_N / 8));
 const _: () = assert!(TILE_M.is_multiple_of(8) && TILE_N.is_multiple_of(8) && TILE_K.is_multiple_of(4));
 
 /// `Params` of norms.wgsl.
@@ -233,7 +235,19 @@ impl GpuEngine {
         let chosen =
             context::choose_adapter(&adapters, options.adapter.as_deref(), hardware_only && options.adapter.is_none())?;
         let ctx = Context::open(&adapters[chosen], !options.no_subgroups, options.profile)?;
-        let tile = [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", TILE_K as f64)];
+        let depth = options.distance_tile_depth.unwrap_or(TILE_K);
+        let tile_bytes = depth * (TILE_M + TILE_N) * 4;
+        if ![4, 8, 16, MAX_TILE_K].contains(&depth) || tile_bytes > ctx.limits.max_compute_workgroup_storage_size {
+            return Err(Error::arg(
+                "tile-depth",
+                format!(
+                    "distance tile depth {depth}: must be 4, 8, 16 or 32 and its {tile_bytes} bytes of workgroup memory \
+                     fit the adapter's {}",
+                    ctx.limits.max_compute_workgroup_storage_size
+                ),
+            ));
+        }
+        let tile = [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", depth as f64)];
         let select_slots = [RO, RW, RW, RW, RW, RW, RW, RO];
         let (norms, distance, select, merge_per_subgroup) = ctx.allocating(|| {
             let select = kernel(
@@ -656,7 +670,7 @@ impl TileBuffers {
             },
             row_state: gpu.buffer("row state", (q * 8) as u64, storage | copy)?,
             failed: gpu.buffer("failed", (q * 4) as u64, storage | copy)?,
-            dist: gpu.buffer("distances", (q * tiles.column_tile * 4) as u64, storage)?,
+            dist: gpu.buffer("distances", (q * tiles.dist_stride * 4) as u64, storage)?,
             aux_a: gpu.buffer("aux a", (q * tiles.scratch_stride * 8) as u64, storage)?,
             aux_b: gpu.buffer("aux b", (q * tiles.scratch_stride * 8) as u64, storage)?,
             candidates: gpu.buffer("candidates", (q * 2 * kc * 8) as u64, storage | copy)?,
@@ -881,7 +895,7 @@ impl CorpusSession<'_> {
                         dim4: d.div_ceil(4) as u32,
                         c_offset: c0 as u32,
                         col_base,
-                        out_stride: tiles.column_tile as u32,
+                        out_stride: tiles.dist_stride as u32,
                         mode: metric_modes(self.metric).1,
                         groups_x: gx,
                         shortlist_cap,
@@ -904,7 +918,7 @@ impl CorpusSession<'_> {
                     // else into the tile region.
                     let offset = params.push(SelectParams {
                         len: cols as u32,
-                        in_stride: tiles.column_tile as u32,
+                        in_stride: tiles.dist_stride as u32,
                         col_base,
                         out_offset: if first_tile { 0 } else { tile_region },
                         dense: 1,

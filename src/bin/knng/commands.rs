@@ -31,6 +31,7 @@ impl EngineArgs {
             include_self,
             progress: bar.callback(),
             profile,
+            distance_tile_depth: self.tile_depth,
             ..Options::default()
         };
         Ok(Knn::new(options)?)

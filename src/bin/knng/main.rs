@@ -55,9 +55,13 @@ struct EngineArgs {
     /// GPU adapter to use: its index in `knng info` or part of its name.
     #[arg(long, value_name = "NAME-OR-INDEX")]
     adapter: Option<String>,
-    /// Use the workgroup prefix-sum select even where the adapter has subgroup operations.
+    /// Use the select without subgroup operations (its merge has no ballots) even where the
+    /// adapter has them.
     #[arg(long)]
     no_subgroups: bool,
+    /// Depth of the distance kernel's workgroup tiles (4, 8, 16 or 32), for tuning.
+    #[arg(long, value_name = "DEPTH", hide = true)]
+    tile_depth: Option<u32>,
     /// GPU memory knng may allocate, in MiB (default 1024). Larger values mean fewer,
     /// larger tiles; an out-of-memory error halves it and retries.
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
