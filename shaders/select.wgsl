@@ -251,6 +251,18 @@ fn select_row(lid: u32, wid: vec3<u32>) {
             return;
         }
     }
+    if (params.dense == 0u && params.shortlist_cap != 0u) {
+        if (lid == 0u) {
+            row_count = shortlist_len[row];
+        }
+        if (workgroupUniformLoad(&row_count) == 0u) {
+            // Nothing under the bound in this tile: the running list and bound stand.
+            if (lid == 0u) {
+                failed[row] = failed[row] | 2u;
+            }
+            return;
+        }
+    }
     let row_len = row_length(row);
     // After the first distance tile the running list bounds what is worth keeping.
     var first_kind = FILTER;

@@ -66,8 +66,12 @@ fn select_rows_per_subgroup(
     var top = 0u;
     var done = sg_id >= rows_per_group || row >= params.rows;
     var len = 0u;
+    // Nothing under the bound in this tile: the running list and bound stand.
+    var unchanged = false;
     if (!done) {
         len = row_length(row);
+        unchanged = from_shortlist && len == params.need;
+        done = unchanged;
     }
 
     for (var pass_no = 0u; pass_no < MAX_PASSES; pass_no++) {
@@ -158,6 +162,12 @@ fn select_rows_per_subgroup(
         if (lane == 0u) {
             failed[row] = failed[row] | 1u;
             end_merge(row);
+        }
+        return;
+    }
+    if (unchanged) {
+        if (lane == 0u) {
+            failed[row] = failed[row] | 2u;
         }
         return;
     }

@@ -227,6 +227,8 @@ fn pipeline(
 }
 
 const RO: Slot = Slot::Storage { read_only: true };
+/// Prepared corpus rows are also the query rows of a graph, copied on the GPU.
+const STORAGE_COPY_SRC: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC);
 const RW: Slot = Slot::Storage { read_only: false };
 
 impl GpuEngine {
@@ -665,8 +667,8 @@ impl TileBuffers {
             queries: PreparedRows {
                 first: 0,
                 rows: q,
-                vectors: gpu.buffer("query rows", (q * d.div_ceil(4) * 16) as u64, storage)?,
-                norms: gpu.buffer("query norms", (q * 4) as u64, storage)?,
+                vectors: gpu.buffer("query rows", (q * d.div_ceil(4) * 16) as u64, storage | copy)?,
+                norms: gpu.buffer("query norms", (q * 4) as u64, storage | copy)?,
             },
             row_state: gpu.buffer("row state", (q * 8) as u64, storage | copy)?,
             failed: gpu.buffer("failed", (q * 4) as u64, storage | copy)?,
@@ -697,7 +699,43 @@ impl TileBuffers {
     }
 }
 
+/// Rows `q0..q0 + rows` of the queries; `from_corpus` when they are the resident corpus
+/// itself (a graph).
+#[derive(Clone, Copy)]
+struct QueryTile {
+    q0: usize,
+    rows: usize,
+    from_corpus: bool,
+}
+
 impl CorpusSession<'_> {
+    /// Records copies of corpus rows `q0..q0 + rows`, prepared and (where kept) original, into
+    /// the query buffers.
+    fn copy_corpus_rows(&self, encoder: &mut wgpu::CommandEncoder, q0: usize, rows: usize, b: &TileBuffers) {
+        let d = self.corpus.cols();
+        let row_bytes = plan::prepared_row_bytes(d);
+        for chunk in &self.resident {
+            let lo = q0.max(chunk.first);
+            let hi = (q0 + rows).min(chunk.first + chunk.rows);
+            if lo >= hi {
+                continue;
+            }
+            let (src, dst, n) = ((lo - chunk.first) as u64, (lo - q0) as u64, (hi - lo) as u64);
+            encoder.copy_buffer_to_buffer(
+                &chunk.vectors,
+                src * row_bytes,
+                &b.queries.vectors,
+                dst * row_bytes,
+                n * row_bytes,
+            );
+            encoder.copy_buffer_to_buffer(&chunk.norms, src * 4, &b.queries.norms, dst * 4, n * 4);
+        }
+        if let Some(raw) = &self.raw_corpus {
+            let raw_row = (d * 4) as u64;
+            encoder.copy_buffer_to_buffer(raw, q0 as u64 * raw_row, &b.raw_queries, 0, rows as u64 * raw_row);
+        }
+    }
+
     /// Uploads rows `first..first + rows` of the corpus and prepares them; also returns the
     /// uploaded original rows.
     fn prepare_chunk(&self, first: usize, rows: usize) -> Result<(PreparedRows, wgpu::Buffer)> {
@@ -710,8 +748,8 @@ impl CorpusSession<'_> {
         let chunk = PreparedRows {
             first,
             rows,
-            vectors: gpu.buffer("corpus rows", (rows * dim4 * 16) as u64, wgpu::BufferUsages::STORAGE)?,
-            norms: gpu.buffer("corpus norms", (rows * 4) as u64, wgpu::BufferUsages::STORAGE)?,
+            vectors: gpu.buffer("corpus rows", (rows * dim4 * 16) as u64, STORAGE_COPY_SRC)?,
+            norms: gpu.buffer("corpus norms", (rows * 4) as u64, STORAGE_COPY_SRC)?,
         };
         let mut params = ParamSlots::default();
         let (gx, gy) = grid(rows, gpu.max_groups);
@@ -781,9 +819,15 @@ impl CorpusSession<'_> {
         if let Some(p) = &gpu.profiler {
             p.times.lock().unwrap_or_else(|e| e.into_inner()).allocation += started.elapsed().as_secs_f64();
         }
+        // A graph's queries are the resident corpus rows: copied on the GPU, not uploaded and
+        // prepared again.
+        let from_corpus = self.plan.resident
+            && queries.rows() == self.corpus.rows()
+            && std::ptr::eq(queries.as_slice().as_ptr(), self.corpus.as_slice().as_ptr());
         for q0 in (0..nq).step_by(q) {
             let rows = q.min(nq - q0);
-            self.query_tile(queries, q0, rows, &exclude[q0..q0 + rows], kc, tiles, &buffers, &mut out)?;
+            let tile = QueryTile { q0, rows, from_corpus };
+            self.query_tile(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers, &mut out)?;
             report(q0 + rows);
         }
         *gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, buffers));
@@ -794,8 +838,7 @@ impl CorpusSession<'_> {
     fn query_tile(
         &self,
         queries: MatrixRef<'_>,
-        q0: usize,
-        rows: usize,
+        tile: QueryTile,
         exclude: &[u32],
         kc: usize,
         tiles: TilePlan,
@@ -805,12 +848,15 @@ impl CorpusSession<'_> {
         let gpu = self.gpu;
         let device = &gpu.ctx.device;
         let d = queries.cols();
+        let QueryTile { q0, rows, from_corpus } = tile;
         let started = std::time::Instant::now();
-        gpu.ctx.queue.write_buffer(
-            &b.raw_queries,
-            0,
-            bytemuck::cast_slice(&queries.as_slice()[q0 * d..(q0 + rows) * d]),
-        );
+        if !from_corpus {
+            gpu.ctx.queue.write_buffer(
+                &b.raw_queries,
+                0,
+                bytemuck::cast_slice(&queries.as_slice()[q0 * d..(q0 + rows) * d]),
+            );
+        }
         // No bound before the first tile.
         let row_state: Vec<[u32; 2]> = exclude.iter().map(|&e| [e, f32::INFINITY.to_bits()]).collect();
         gpu.ctx.queue.write_buffer(&b.row_state, 0, bytemuck::cast_slice(&row_state));
@@ -875,7 +921,7 @@ impl CorpusSession<'_> {
 
             let mut params = ParamSlots::default();
             let mut jobs = Vec::new();
-            if batch_no == 0 {
+            if batch_no == 0 && !from_corpus {
                 let (gx, gy) = grid(rows, gpu.max_groups);
                 let offset = params.push(self.norms_params(rows, d, gx));
                 jobs.push(Job { step: Step::Norms, offset, groups: (gx, gy), bind: &norms_bind });
@@ -952,6 +998,9 @@ impl CorpusSession<'_> {
             if batch_no == 0 {
                 encoder.clear_buffer(&b.failed, 0, None);
                 encoder.clear_buffer(&b.shortlist_len, 0, None);
+                if from_corpus {
+                    self.copy_corpus_rows(&mut encoder, q0, rows, b);
+                }
             }
             gpu.submit(encoder, &jobs)?;
         }
