@@ -239,7 +239,9 @@ impl Knn {
         let d = corpus.cols();
         let shift = prepare::shift(corpus, metric);
         let corpus_stats = prepare::row_stats(corpus, &shift, metric);
-        let query_stats = prepare::row_stats(queries, &shift, metric);
+        // A graph's queries are its corpus: one float64 pass serves both.
+        let same_rows = queries.rows() == corpus.rows() && std::ptr::eq(queries.as_slice(), corpus.as_slice());
+        let query_stats = if same_rows { corpus_stats.clone() } else { prepare::row_stats(queries, &shift, metric) };
         let corpus_max = corpus_stats.max();
         let nq = queries.rows();
         let mut answers: Vec<Option<Ranked>> = vec![None; nq];
