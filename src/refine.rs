@@ -34,6 +34,43 @@ pub(crate) struct Candidates {
     /// Exact float64 ranking keys of the candidates, `queries x kc`, when the backend
     /// computed them (the GPU with SHADER_F64); otherwise the host computes them.
     pub exact: Option<Vec<f64>>,
+    /// Each row's answer, ranked and certified by the backend (the GPU with SHADER_F64, for
+    /// moderate kc); `keys`, `ids` and `exact` are then empty.
+    pub ranked: Option<BackendRanked>,
+}
+
+/// Answers ranked and certified on the backend: the decision of [`refine`] for every row.
+#[derive(Debug)]
+pub(crate) struct BackendRanked {
+    pub k: usize,
+    /// `queries x k` corpus rows, ascending by (exact key, row).
+    pub ids: Vec<u32>,
+    /// `queries x k` exact keys.
+    pub keys: Vec<f64>,
+    /// Per row: 0 accepted, 2 + m accepted with only m < k neighbours, 1 not proven.
+    pub status: Vec<u32>,
+}
+
+impl BackendRanked {
+    /// Row `slot`'s answer, or `None` when its certificate failed.
+    pub fn answer(&self, slot: usize) -> Option<Ranked> {
+        let m = match self.status[slot] {
+            0 => self.k,
+            1 => return None,
+            s => (s - 2) as usize,
+        };
+        let at = slot * self.k;
+        Some(self.keys[at..at + m].iter().copied().zip(self.ids[at..at + m].iter().copied()).collect())
+    }
+}
+
+/// What the backend needs to rank and certify rows itself.
+pub(crate) struct Certify<'a> {
+    pub k: usize,
+    /// Each query's fp32 error bound on keys (`prepare::key_error_bound`).
+    pub error_bounds: &'a [f64],
+    /// Keys are non-negative: every metric but inner product.
+    pub floor_zero: bool,
 }
 
 /// What one query asks.
@@ -153,6 +190,19 @@ mod tests {
         let got = refine(query(&corpus, &at, 3), &[0.25, 2.25, 6.25, f32::INFINITY], &[2, 1, 0, NONE], None, 3, 100.0)
             .unwrap();
         assert_eq!(got.iter().map(|e| e.1).collect::<Vec<_>>(), vec![2, 1, 0]);
+    }
+
+    #[test]
+    fn backend_ranked_rows_decode_by_status() {
+        let ranked = BackendRanked {
+            k: 2,
+            ids: vec![4, 7, 1, NONE, 9, 3],
+            keys: vec![0.5, 1.5, 2.0, 0.0, 3.0, 4.0],
+            status: vec![0, 3, 1],
+        };
+        assert_eq!(ranked.answer(0), Some(vec![(0.5, 4), (1.5, 7)]));
+        assert_eq!(ranked.answer(1), Some(vec![(2.0, 1)]));
+        assert_eq!(ranked.answer(2), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{GpuEngine, GpuTimes};
 use crate::metric::Metric;
 use crate::prepare;
-use crate::refine::{self, Candidates, Query, Ranked, NONE};
+use crate::refine::{self, Candidates, Certify, Query, Ranked, NONE};
 
 /// Which engine computes the candidates.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -112,6 +112,9 @@ pub struct RunStats {
     /// (keys under the row's running bound, filtered in the distance kernel) rather than a
     /// selection over the whole tile, summed over rounds.
     pub rows_shortlisted: usize,
+    /// Query rows whose candidates were ranked and whose certificate was checked on the GPU
+    /// (SHADER_F64, moderate kc), so that only k answers came back, summed over rounds.
+    pub rows_certified_on_gpu: usize,
     /// Seconds spent on float64 row statistics and on preparing the corpus on the backend.
     pub prepare_seconds: f64,
     /// Seconds spent finding fp32 candidates (GPU or CPU GEMM and selection, with uploads
@@ -278,16 +281,24 @@ impl Knn {
                 }
             };
             let clock = std::time::Instant::now();
+            let error_bound = |i: usize| prepare::key_error_bound(metric, d, query_stats.scale[i], corpus_max);
             let cands: Candidates = match &mut session {
                 Session::Cpu(s) => s.candidates(q_view, ex_view, kc, &report),
                 Session::Gpu(s) => {
                     let Engine::Gpu(g) = engine else { unreachable!("a GPU session has a GPU engine") };
-                    retry_smaller(g, || s.candidates(q_view, ex_view, kc, &report))?
+                    // The GPU may rank and certify rows itself, as `refine::refine` would.
+                    let error_bounds: Vec<f64> = pending.par_iter().map(|&i| error_bound(i)).collect();
+                    let certify =
+                        Certify { k, error_bounds: &error_bounds, floor_zero: metric != Metric::InnerProduct };
+                    retry_smaller(g, || s.candidates(q_view, ex_view, kc, Some(&certify), &report))?
                 }
             };
             stats.candidate_seconds += clock.elapsed().as_secs_f64();
-            if cands.exact.is_some() {
+            if cands.exact.is_some() || cands.ranked.is_some() {
                 stats.rows_reranked_on_gpu += pending.len();
+            }
+            if cands.ranked.is_some() {
+                stats.rows_certified_on_gpu += pending.len();
             }
             stats.rows_shortlisted += cands.shortlisted;
             let clock = std::time::Instant::now();
@@ -301,9 +312,12 @@ impl Knn {
                         brute_forced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return (i, Some(refine::brute_force(q)));
                     }
+                    if let Some(ranked) = &cands.ranked {
+                        return (i, ranked.answer(slot));
+                    }
                     let range = slot * cands.kc..(slot + 1) * cands.kc;
                     let exact = cands.exact.as_ref().map(|e| &e[range.clone()]);
-                    let bound = prepare::key_error_bound(metric, d, query_stats.scale[i], corpus_max);
+                    let bound = error_bound(i);
                     (i, refine::refine(q, &cands.keys[range.clone()], &cands.ids[range], exact, available(i), bound))
                 })
                 .collect();

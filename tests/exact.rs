@@ -39,6 +39,7 @@ fn run_cases(knn: &Knn, cases: Vec<Case>, default_budget: bool, shortlists: bool
         // every case of the default-budget tables does.
         if default_budget && knn.description().contains("f64 re-ranking") {
             assert!(stats.rows_reranked_on_gpu > 0, "{label}: the GPU re-ranking did not run");
+            assert!(stats.rows_certified_on_gpu > 0, "{label}: the GPU certificate did not run");
         }
         if shortlists {
             assert!(stats.rows_shortlisted > 0, "{label}: no row took candidates from a shortlist");

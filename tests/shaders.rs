@@ -26,7 +26,7 @@ fn validate(name: &str, source: &str, subgroups: bool, f64: bool) -> (naga::Modu
 #[test]
 fn shaders_validate_and_translate_for_every_platform() {
     let modules = knng::gpu_shader_sources();
-    assert_eq!(modules.len(), 5, "a shader module was added or lost; update this test");
+    assert_eq!(modules.len(), 6, "a shader module was added or lost; update this test");
     for m in modules {
         let name = m.name;
         let (module, info) = validate(name, &m.source, m.subgroups, m.f64);

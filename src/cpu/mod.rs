@@ -186,6 +186,6 @@ impl CorpusSession<'_> {
                 report(done.fetch_add(rows, Ordering::Relaxed) + rows);
             },
         );
-        Candidates { kc, keys, ids, failed: vec![false; nq], shortlisted: 0, exact: None }
+        Candidates { kc, keys, ids, failed: vec![false; nq], shortlisted: 0, exact: None, ranked: None }
     }
 }

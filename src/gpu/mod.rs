@@ -18,7 +18,7 @@ use crate::data::MatrixRef;
 use crate::error::{Error, Result};
 use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, DeviceBudget, TilePlan};
-use crate::refine::Candidates;
+use crate::refine::{BackendRanked, Candidates, Certify};
 use crate::search::Options;
 
 use context::Context;
@@ -89,6 +89,23 @@ struct SelectParams {
     shortlist_cap: u32,
 }
 
+/// `Params` of certify.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct CertifyParams {
+    rows: u32,
+    kc: u32,
+    k: u32,
+    corpus_rows: u32,
+    groups_x: u32,
+    floor_zero: u32,
+    _pad: [u32; 2],
+}
+
+/// Largest candidate list ranked and certified on the GPU: ranking by counting costs kc^2
+/// comparisons a row.
+const MAX_CERTIFY_KC: usize = 2048;
+
 /// `Params` of refine.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -106,6 +123,7 @@ const PARAMS_SIZE: u64 = std::mem::size_of::<SelectParams>() as u64;
 const _: () = assert!(std::mem::size_of::<DistanceParams>() as u64 <= PARAMS_SIZE);
 const _: () = assert!(std::mem::size_of::<NormsParams>() as u64 <= PARAMS_SIZE);
 const _: () = assert!(std::mem::size_of::<RefineParams>() as u64 <= PARAMS_SIZE);
+const _: () = assert!(std::mem::size_of::<CertifyParams>() as u64 <= PARAMS_SIZE);
 
 struct Kernel {
     pipeline: wgpu::ComputePipeline,
@@ -122,6 +140,8 @@ pub(crate) struct GpuEngine {
     /// Exact float64 keys of the candidates, where the adapter has SHADER_F64: an invocation
     /// per candidate, and `exact_keys_wide`, a workgroup per candidate for wide rows.
     refine: Option<(Kernel, wgpu::ComputePipeline)>,
+    /// Ranking and certificate of each row (`certify.wgsl`), where the adapter has SHADER_F64.
+    certify: Option<Kernel>,
     profiler: Option<Profiler>,
     /// Largest workgroup count per dispatch dimension.
     max_groups: u32,
@@ -310,6 +330,14 @@ impl GpuEngine {
         if let Some(m) = options.max_workgroups_per_dimension {
             max_groups = max_groups.min(m.max(1));
         }
+        let certify = if ctx.f64 {
+            let slots = [RO, RO, RO, RO, RW, RW, RW];
+            Some(ctx.allocating(|| {
+                kernel(&ctx, "certify", shaders::CERTIFY, "certify_rows", &slots, &[], Checks::Checked)
+            })?)
+        } else {
+            None
+        };
         let refine = if ctx.f64 {
             let slots = [RO, RO, RO, RW];
             Some(ctx.allocating(|| {
@@ -328,6 +356,7 @@ impl GpuEngine {
             select,
             merge_per_subgroup,
             refine,
+            certify,
             profiler,
             max_groups,
             max_column_tile: options.max_column_tile.unwrap_or(plan::MAX_COLUMN_TILE).max(1),
@@ -441,6 +470,7 @@ enum Step {
     Merge,
     Refine,
     RefineWide,
+    Certify,
 }
 
 /// One dispatch: kernel, parameter slot, workgroups, bind group.
@@ -502,7 +532,8 @@ pub struct GpuTimes {
     pub select: f64,
     /// Merging each tile's candidates into the running lists.
     pub merge: f64,
-    /// Exact float64 keys of the final candidates (`refine.wgsl`, adapters with SHADER_F64).
+    /// Exact float64 keys of the final candidates (`refine.wgsl`) and, for moderate kc, their
+    /// ranking and certificate (`certify.wgsl`); adapters with SHADER_F64.
     pub refine: f64,
     /// Host time uploading inputs and reading candidates back.
     pub transfers: f64,
@@ -524,7 +555,7 @@ impl GpuTimes {
             Step::Distance => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
             Step::Merge => self.merge += seconds,
-            Step::Refine | Step::RefineWide => self.refine += seconds,
+            Step::Refine | Step::RefineWide | Step::Certify => self.refine += seconds,
         }
     }
 }
@@ -573,6 +604,7 @@ impl GpuEngine {
                     Step::Merge => self.merge_per_subgroup.as_ref().unwrap_or(&self.select.pipeline),
                     Step::Refine => &self.refine.as_ref().expect("only planned with f64").0.pipeline,
                     Step::RefineWide => &self.refine.as_ref().expect("only planned with f64").1,
+                    Step::Certify => &self.certify.as_ref().expect("only planned with f64").pipeline,
                 };
                 let stamp = timed.filter(|&(_, n)| (i as u32) < n).map(|(p, _)| p);
                 if let Some(p) = stamp {
@@ -627,6 +659,20 @@ struct TileKey {
     kc: usize,
     column_tiles: usize,
     gpu_exact: bool,
+    /// k, when rows are ranked and certified on the GPU.
+    certify_k: Option<usize>,
+}
+
+/// Ranked answers of one query tile and where they go in the staging buffer.
+struct CertifyBuffers {
+    k: usize,
+    error_bounds: wgpu::Buffer,
+    ids: wgpu::Buffer,
+    keys: wgpu::Buffer,
+    status: wgpu::Buffer,
+    keys_at: u64,
+    status_at: u64,
+    flags_at: u64,
 }
 
 /// Buffers of one round of candidates, reused by every query tile.
@@ -648,21 +694,38 @@ struct TileBuffers {
     flags_at: u64,
     /// Exact keys of the candidates (with GPU re-ranking), and where they go in `staging`.
     exact: Option<(wgpu::Buffer, u64)>,
+    /// Ranked answers, when rows are certified on the GPU.
+    certify: Option<CertifyBuffers>,
 }
 
 impl TileBuffers {
-    fn new(
-        gpu: &GpuEngine,
-        d: usize,
-        kc: usize,
-        tiles: TilePlan,
-        column_tiles: usize,
-        gpu_exact: bool,
-    ) -> Result<Self> {
+    fn new(gpu: &GpuEngine, d: usize, key: TileKey) -> Result<Self> {
+        let TileKey { tiles, kc, column_tiles, gpu_exact, certify_k, .. } = key;
         let q = tiles.query_rows;
         let storage = wgpu::BufferUsages::STORAGE;
         let copy = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        let certify = match certify_k {
+            Some(k) => {
+                let keys_at = (q * k * 4).next_multiple_of(8) as u64;
+                let status_at = keys_at + (q * k * 8) as u64;
+                Some(CertifyBuffers {
+                    k,
+                    error_bounds: gpu.buffer("error bounds", (q * 8) as u64, storage | copy)?,
+                    ids: gpu.buffer("ranked rows", (q * k * 4) as u64, storage | copy)?,
+                    keys: gpu.buffer("ranked keys", (q * k * 8) as u64, storage | copy)?,
+                    status: gpu.buffer("certificates", (q * 4) as u64, storage | copy)?,
+                    keys_at,
+                    status_at,
+                    flags_at: status_at + (q * 4) as u64,
+                })
+            }
+            None => None,
+        };
+        let candidate_staging =
+            (q * kc * 8 + q * 4).next_multiple_of(8) as u64 + if gpu_exact { (q * kc * 8) as u64 } else { 0 };
+        let staging_bytes = candidate_staging.max(certify.as_ref().map_or(0, |c| c.flags_at + (q * 4) as u64));
         Ok(TileBuffers {
+            certify,
             raw_queries: gpu.buffer("queries", (q * d * 4) as u64, storage | copy)?,
             queries: PreparedRows {
                 first: 0,
@@ -685,7 +748,7 @@ impl TileBuffers {
             )?,
             staging: gpu.buffer(
                 "read-back",
-                (q * kc * 8 + q * 4).next_multiple_of(8) as u64 + if gpu_exact { (q * kc * 8) as u64 } else { 0 },
+                staging_bytes,
                 wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             )?,
             flags_at: (q * kc * 8) as u64,
@@ -784,6 +847,7 @@ impl CorpusSession<'_> {
         queries: MatrixRef<'_>,
         exclude: &[u32],
         kc: usize,
+        certify: Option<&Certify<'_>>,
         report: &(dyn Fn(usize) + Sync),
     ) -> Result<Candidates> {
         let gpu = self.gpu;
@@ -798,7 +862,10 @@ impl CorpusSession<'_> {
         };
         let gpu_exact = self.raw_corpus.is_some();
         let started = std::time::Instant::now();
-        let key = TileKey { corpus: (self.corpus.rows(), d), tiles, kc, column_tiles, gpu_exact };
+        // Ranking on the GPU needs its exact keys, and costs kc^2 a row.
+        let certify = certify.filter(|_| gpu_exact && gpu.certify.is_some() && kc <= MAX_CERTIFY_KC);
+        let certify_k = certify.map(|c| c.k);
+        let key = TileKey { corpus: (self.corpus.rows(), d), tiles, kc, column_tiles, gpu_exact, certify_k };
         let mut cached = gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()).take();
         if cached.as_ref().is_some_and(|(k, _)| *k != key) {
             // Freed before the new set is allocated.
@@ -806,15 +873,23 @@ impl CorpusSession<'_> {
         }
         let buffers = match cached {
             Some((_, buffers)) => buffers,
-            None => TileBuffers::new(gpu, d, kc, tiles, column_tiles, gpu_exact)?,
+            None => TileBuffers::new(gpu, d, key)?,
         };
+        // Ranked rows need only k answers each on the host.
+        let lists = if certify.is_some() { 0 } else { nq * kc };
         let mut out = Candidates {
-            exact: gpu_exact.then(|| vec![0.0; nq * kc]),
+            exact: (gpu_exact && certify.is_none()).then(|| vec![0.0; lists]),
             kc,
-            keys: vec![f32::INFINITY; nq * kc],
-            ids: vec![u32::MAX; nq * kc],
+            keys: vec![f32::INFINITY; lists],
+            ids: vec![u32::MAX; lists],
             failed: vec![false; nq],
             shortlisted: 0,
+            ranked: certify.map(|c| BackendRanked {
+                k: c.k,
+                ids: vec![u32::MAX; nq * c.k],
+                keys: vec![0.0; nq * c.k],
+                status: vec![1; nq],
+            }),
         };
         if let Some(p) = &gpu.profiler {
             p.times.lock().unwrap_or_else(|e| e.into_inner()).allocation += started.elapsed().as_secs_f64();
@@ -827,7 +902,7 @@ impl CorpusSession<'_> {
         for q0 in (0..nq).step_by(q) {
             let rows = q.min(nq - q0);
             let tile = QueryTile { q0, rows, from_corpus };
-            self.query_tile(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers, &mut out)?;
+            self.query_tile(queries, tile, &exclude[q0..q0 + rows], kc, certify, tiles, &buffers, &mut out)?;
             report(q0 + rows);
         }
         *gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, buffers));
@@ -841,6 +916,7 @@ impl CorpusSession<'_> {
         tile: QueryTile,
         exclude: &[u32],
         kc: usize,
+        certify: Option<&Certify<'_>>,
         tiles: TilePlan,
         b: &TileBuffers,
         out: &mut Candidates,
@@ -1024,12 +1100,59 @@ impl CorpusSession<'_> {
                 groups_x: gx,
                 _pad: [0; 3],
             });
-            gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
             let bind =
                 bind_group(device, &refine.0.layout, &b.uniform, &[&b.raw_queries, raw_corpus, &b.candidates, keys]);
             let step = if wide { Step::RefineWide } else { Step::Refine };
-            let job = Job { step, offset, groups: (gx, gy), bind: &bind };
-            gpu.submit(device.create_command_encoder(&Default::default()), &[job])?;
+            let mut jobs = vec![Job { step, offset, groups: (gx, gy), bind: &bind }];
+            let certify_bind;
+            if let (Some(cb), Some(kernel), Some(c)) = (&b.certify, &gpu.certify, certify) {
+                gpu.ctx.queue.write_buffer(&cb.error_bounds, 0, bytemuck::cast_slice(&c.error_bounds[q0..q0 + rows]));
+                let (gx, gy) = grid(rows, gpu.max_groups);
+                let offset = params.push(CertifyParams {
+                    rows: rows as u32,
+                    kc: kc as u32,
+                    k: cb.k as u32,
+                    corpus_rows: self.corpus.rows() as u32,
+                    groups_x: gx,
+                    floor_zero: c.floor_zero as u32,
+                    _pad: [0; 2],
+                });
+                certify_bind = bind_group(
+                    device,
+                    &kernel.layout,
+                    &b.uniform,
+                    &[&b.candidates, keys, &b.row_state, &cb.error_bounds, &cb.ids, &cb.keys, &cb.status],
+                );
+                jobs.push(Job { step: Step::Certify, offset, groups: (gx, gy), bind: &certify_bind });
+            }
+            gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
+            gpu.submit(device.create_command_encoder(&Default::default()), &jobs)?;
+        }
+
+        if let (Some(cb), Some(ranked)) = (&b.certify, out.ranked.as_mut()) {
+            // Only the ranked answers, the certificates and the failure flags come back.
+            let started = std::time::Instant::now();
+            let k = cb.k;
+            let mut encoder = device.create_command_encoder(&Default::default());
+            encoder.copy_buffer_to_buffer(&cb.ids, 0, &b.staging, 0, (rows * k * 4) as u64);
+            encoder.copy_buffer_to_buffer(&cb.keys, 0, &b.staging, cb.keys_at, (rows * k * 8) as u64);
+            encoder.copy_buffer_to_buffer(&cb.status, 0, &b.staging, cb.status_at, (rows * 4) as u64);
+            encoder.copy_buffer_to_buffer(&b.failed, 0, &b.staging, cb.flags_at, (rows * 4) as u64);
+            gpu.ctx.queue.submit([encoder.finish()]);
+            map_and_read(gpu, &b.staging, |bytes| {
+                let at = |offset: u64, len: usize| &bytes[offset as usize..offset as usize + len];
+                ranked.ids[q0 * k..(q0 + rows) * k].copy_from_slice(bytemuck::cast_slice(at(0, rows * k * 4)));
+                ranked.keys[q0 * k..(q0 + rows) * k]
+                    .copy_from_slice(bytemuck::cast_slice(at(cb.keys_at, rows * k * 8)));
+                ranked.status[q0..q0 + rows].copy_from_slice(bytemuck::cast_slice(at(cb.status_at, rows * 4)));
+                let flags: &[u32] = bytemuck::cast_slice(at(cb.flags_at, rows * 4));
+                for (failed, &flag) in out.failed[q0..q0 + rows].iter_mut().zip(flags) {
+                    *failed = flag & 1 != 0;
+                    out.shortlisted += (flag >> 1 & 1) as usize;
+                }
+            })?;
+            gpu.add_transfer_time(started);
+            return Ok(());
         }
 
         // One copy of the running lists, the failure flags and the exact keys into the

@@ -10,6 +10,8 @@ const SELECT: &str = include_str!("../../shaders/select.wgsl");
 const RANK_SUBGROUP: &str = include_str!("../../shaders/rank_subgroup.wgsl");
 /// Exact float64 keys of the candidates (`shaders/refine.wgsl`); needs SHADER_F64.
 pub const REFINE: &str = include_str!("../../shaders/refine.wgsl");
+/// Ranking by exact keys and the certificate, per row (`shaders/certify.wgsl`); needs SHADER_F64.
+pub const CERTIFY: &str = include_str!("../../shaders/certify.wgsl");
 /// One subgroup per row, for short rows (`shaders/select_per_subgroup.wgsl`).
 const SELECT_PER_SUBGROUP: &str = include_str!("../../shaders/select_per_subgroup.wgsl");
 /// The `select_rows` entry point without subgroups (`shaders/rank_workgroup.wgsl`).
@@ -46,5 +48,6 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("select_subgroup", select(true), true, false),
         m("select_workgroup", select(false), false, false),
         m("refine", REFINE.to_string(), false, true),
+        m("certify", CERTIFY.to_string(), false, true),
     ]
 }
