@@ -1141,9 +1141,11 @@ impl CorpusSession<'_> {
             gpu.ctx.queue.submit([encoder.finish()]);
             map_and_read(gpu, &b.staging, |bytes| {
                 let at = |offset: u64, len: usize| &bytes[offset as usize..offset as usize + len];
-                ranked.ids[q0 * k..(q0 + rows) * k].copy_from_slice(bytemuck::cast_slice(at(0, rows * k * 4)));
-                ranked.keys[q0 * k..(q0 + rows) * k]
-                    .copy_from_slice(bytemuck::cast_slice(at(cb.keys_at, rows * k * 8)));
+                parallel_copy(&mut ranked.ids[q0 * k..(q0 + rows) * k], bytemuck::cast_slice(at(0, rows * k * 4)));
+                parallel_copy(
+                    &mut ranked.keys[q0 * k..(q0 + rows) * k],
+                    bytemuck::cast_slice(at(cb.keys_at, rows * k * 8)),
+                );
                 ranked.status[q0..q0 + rows].copy_from_slice(bytemuck::cast_slice(at(cb.status_at, rows * 4)));
                 let flags: &[u32] = bytemuck::cast_slice(at(cb.flags_at, rows * 4));
                 for (failed, &flag) in out.failed[q0..q0 + rows].iter_mut().zip(flags) {
@@ -1183,15 +1185,18 @@ impl CorpusSession<'_> {
             }
             if let (Some((_, at)), Some(exact)) = (&b.exact, out.exact.as_mut()) {
                 let keys: &[f64] = bytemuck::cast_slice(&bytes[*at as usize..*at as usize + pair_bytes as usize]);
-                exact[q0 * kc..(q0 + rows) * kc]
-                    .par_chunks_mut(1 << 16)
-                    .zip(keys.par_chunks(1 << 16))
-                    .for_each(|(dst, src)| dst.copy_from_slice(src));
+                parallel_copy(&mut exact[q0 * kc..(q0 + rows) * kc], keys);
             }
         })?;
         gpu.add_transfer_time(started);
         Ok(())
     }
+}
+
+/// Copies out of mapped memory on every core: a single core reads uncached mapped memory at a
+/// few GB/s (measured: 786 MB of ranked answers took 450 ms).
+fn parallel_copy<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
+    dst.par_chunks_mut(1 << 16).zip(src.par_chunks(1 << 16)).for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 fn bind_group(
