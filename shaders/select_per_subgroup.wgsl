@@ -12,6 +12,8 @@
 // that the host's dispatch is right whatever size the driver picks.
 
 const ROW_STACK: u32 = 48u;
+// Largest shortlist length x list slots per lane merged by insertion.
+const INSERT_WORK: u32 = 256u;
 
 var<workgroup> subgroup_busy: array<u32, 256>;
 var<workgroup> any_busy: u32;
@@ -23,6 +25,39 @@ fn first_lane(ballot: vec4<u32>) -> u32 {
         }
     }
     return 0u;
+}
+
+// Merges a short shortlist into the running list in place: each pair replaces the list's
+// largest key if it is smaller. Lane i owns list slots i, i + size, ..., so every slot is
+// read and written by one invocation only. Returns the list's largest key afterwards.
+// Cheaper than quickselect passes when count x need / size is small, as on most distance
+// tiles once the bound is tight.
+fn insert_shortlist(row: u32, lane: u32, size: u32, count: u32) -> f32 {
+    let base = row * params.out_stride;
+    for (var s = 0u; s < count; s++) {
+        let e = shortlist[row * params.shortlist_cap + s];
+        var largest = bitcast<f32>(0xff800000u);
+        var at = NONE;
+        for (var i = lane; i < params.need; i += size) {
+            let v = bitcast<f32>(out[base + i].x);
+            if (at == NONE || v > largest) {
+                largest = v;
+                at = i;
+            }
+        }
+        let top = subgroupMax(largest);
+        if (bitcast<f32>(e.x) < top) {
+            let owners = subgroupBallot(at != NONE && largest == top);
+            if (lane == first_lane(owners)) {
+                out[base + at] = e;
+            }
+        }
+    }
+    var largest = bitcast<f32>(0xff800000u);
+    for (var i = lane; i < params.need; i += size) {
+        largest = max(largest, bitcast<f32>(out[base + i].x));
+    }
+    return subgroupMax(largest);
 }
 
 // The sample at the need/len quantile of one sample per lane.
@@ -72,6 +107,20 @@ fn select_rows_per_subgroup(
         len = row_length(row);
         unchanged = from_shortlist && len == params.need;
         done = unchanged;
+    }
+    // A few pairs under the bound: inserted one by one instead of selected.
+    var inserted = false;
+    if (!done && from_shortlist) {
+        let count = len - params.need;
+        if (count * ((params.need + size - 1u) / size) <= INSERT_WORK) {
+            let bound = insert_shortlist(row, lane, size, count);
+            if (lane == 0u) {
+                row_state[row].y = bitcast<u32>(bound);
+                end_merge(row);
+            }
+            inserted = true;
+            done = true;
+        }
     }
 
     for (var pass_no = 0u; pass_no < MAX_PASSES; pass_no++) {
@@ -169,6 +218,9 @@ fn select_rows_per_subgroup(
         if (lane == 0u) {
             failed[row] = failed[row] | 2u;
         }
+        return;
+    }
+    if (inserted) {
         return;
     }
     let out_base = row * params.out_stride + params.out_offset;
