@@ -50,7 +50,7 @@ pub struct Options {
     pub backend: Backend,
     /// GPU adapter to use: its index in [`adapters`](crate::adapters) or part of its name.
     pub adapter: Option<String>,
-    /// Use the workgroup prefix-sum select even when the adapter has subgroup operations.
+    /// Select and merge without subgroup operations even when the adapter has them.
     pub no_subgroups: bool,
     /// In [`Knn::graph`], count each point as its own nearest neighbour.
     pub include_self: bool,

@@ -207,7 +207,7 @@ impl fmt::Display for AdapterReport {
         if self.subgroups {
             writeln!(f, "    subgroups: sizes {} to {}", i.subgroup_min_size, i.subgroup_max_size)?;
         } else {
-            writeln!(f, "    subgroups: none (workgroup prefix-sum select)")?;
+            writeln!(f, "    subgroups: none (select and merges without ballots)")?;
         }
         writeln!(
             f,

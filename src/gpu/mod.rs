@@ -378,7 +378,7 @@ impl GpuEngine {
         let select = if self.ctx.subgroups {
             format!("subgroup select, sizes {}-{}", i.subgroup_min_size, i.subgroup_max_size)
         } else {
-            "workgroup prefix-sum select".to_string()
+            "workgroup select, no subgroups".to_string()
         };
         let rerank = if self.refine.is_some() { ", f64 re-ranking" } else { "" };
         format!("gpu: {} ({:?}, {select}{rerank})", i.name, i.backend)
