@@ -1,9 +1,13 @@
 //! The GPU backend: WGSL kernels through wgpu.
 //!
 //! Per query tile and corpus chunk, one submission runs, for every distance tile:
-//! `distance_tile` (norms + GEMM) -> `select_rows` on the dense tile (the tile's kc best)
-//! -> `select_rows` on pairs (merge into the running kc best). Only the final candidate lists
-//! come back to the host, which re-ranks them exactly (`refine`).
+//! `distance_tile` (norms + GEMM; from the second tile on it also appends each row's keys
+//! under its running bound to a shortlist) -> `select_rows` on the dense tile (the first
+//! tile, and rows whose shortlist overflowed) -> a merge into the running kc best. Then
+//! `exact_keys` computes float64 keys of the final candidates and `certify_rows` ranks them
+//! and checks each row's certificate, so that only k answers per row come back; without
+//! SHADER_F64 (or for kc > 2048) the candidate lists come back and the host does both
+//! (`refine`).
 
 mod context;
 pub mod shaders;
