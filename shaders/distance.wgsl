@@ -83,13 +83,14 @@ fn load_vec4(is_query: bool, row: u32, k4: u32) -> vec4<f32> {
     return vec4<f32>(0.0);
 }
 
-// Loads 4 x 4 block `b` of the slice starting at vec4 depth k4.
+// Loads 4 x 4 block `b` of the slice starting at vec4 depth k4. Neighbouring blocks are
+// neighbouring depths of the same four rows, so that the BK / 4 invocations sharing rows read
+// whole 16 * BK-byte runs of each row rather than 16 bytes a row apart.
 fn load_block(b: u32, k4: u32, row0: u32, col0: u32) -> Block {
     let is_query = b < Q_BLOCKS;
     let local = select(b - Q_BLOCKS, b, is_query);
-    let rows_per_slice = select(BN, BM, is_query) / 4u;
-    let m = select(col0, row0, is_query) + (local % rows_per_slice) * 4u;
-    let k = k4 + local / rows_per_slice;
+    let m = select(col0, row0, is_query) + (local / (BK / 4u)) * 4u;
+    let k = k4 + local % (BK / 4u);
     return Block(
         load_vec4(is_query, m, k),
         load_vec4(is_query, m + 1u, k),
@@ -102,9 +103,8 @@ fn load_block(b: u32, k4: u32, row0: u32, col0: u32) -> Block {
 fn store_block(b: u32, blk: Block) {
     let is_query = b < Q_BLOCKS;
     let local = select(b - Q_BLOCKS, b, is_query);
-    let rows_per_slice = select(BN, BM, is_query) / 4u;
-    let m4 = local % rows_per_slice;
-    let k = (local / rows_per_slice) * 4u;
+    let m4 = local / (BK / 4u);
+    let k = (local % (BK / 4u)) * 4u;
     let t0 = vec4<f32>(blk.r0.x, blk.r1.x, blk.r2.x, blk.r3.x);
     let t1 = vec4<f32>(blk.r0.y, blk.r1.y, blk.r2.y, blk.r3.y);
     let t2 = vec4<f32>(blk.r0.z, blk.r1.z, blk.r2.z, blk.r3.z);
