@@ -1,0 +1,612 @@
+//! A corpus on the GPU and the candidate search against it: query tiles, distance tiles,
+//! selection, merges, exact keys and certificates, and the buffers they reuse.
+
+use rayon::prelude::*;
+
+use super::{
+    bind_group, grid, map_and_read, metric_modes, CertifyParams, DistanceParams, GpuEngine, Job, NormsParams,
+    ParamSlots, PreparedRows, RefineParams, SelectParams, Step, MAX_CERTIFY_KC, PARAM_SLOT, TILE_M, TILE_N, WIDE_ROWS,
+};
+use crate::data::MatrixRef;
+use crate::error::Result;
+use crate::metric::Metric;
+use crate::plan::{self, CorpusPlan, TilePlan};
+use crate::refine::{BackendRanked, Candidates, Certify};
+
+/// Prepared corpus rows are also the query rows of a graph, copied on the GPU.
+const STORAGE_COPY_SRC: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC);
+
+impl GpuEngine {
+    /// Prepares the corpus on the GPU (resident if it fits half the budget, else streamed
+    /// per query tile).
+    pub fn open<'a>(&'a self, corpus: MatrixRef<'a>, shift: &[f32], metric: Metric) -> Result<CorpusSession<'a>> {
+        // Cached buffers of another corpus shape would count against this one's budget.
+        {
+            let mut cache = self.tile_cache.lock().unwrap_or_else(|e| e.into_inner());
+            if cache.as_ref().is_some_and(|(key, _)| key.corpus != (corpus.rows(), corpus.cols())) {
+                *cache = None;
+            }
+        }
+        let plan = plan::plan_corpus(corpus.rows(), corpus.cols(), self.budget())?;
+        let shift_buf = self.upload("shift", bytemuck::cast_slice(shift))?;
+        let mut session =
+            CorpusSession { gpu: self, corpus, metric, plan, shift: shift_buf, resident: Vec::new(), raw_corpus: None };
+        // Exact re-ranking on the GPU needs the original rows in one binding, beside the
+        // prepared ones, within the budget.
+        let raw_bytes = (corpus.rows() * corpus.cols() * 4) as u64;
+        let keep_raw = self.refine.is_some()
+            && plan.resident
+            && plan.chunk_rows >= corpus.rows()
+            && raw_bytes <= self.max_binding
+            && raw_bytes + corpus.rows() as u64 * plan::prepared_row_bytes(corpus.cols()) <= self.budget().budget / 2;
+        if plan.resident {
+            for first in (0..corpus.rows()).step_by(plan.chunk_rows) {
+                let (chunk, raw) = session.prepare_chunk(first, plan.chunk_rows.min(corpus.rows() - first))?;
+                session.resident.push(chunk);
+                if keep_raw {
+                    session.raw_corpus = Some(raw);
+                }
+            }
+        }
+        Ok(session)
+    }
+}
+
+pub(crate) struct CorpusSession<'a> {
+    gpu: &'a GpuEngine,
+    corpus: MatrixRef<'a>,
+    metric: Metric,
+    plan: CorpusPlan,
+    shift: wgpu::Buffer,
+    resident: Vec<PreparedRows>,
+    /// The original corpus rows, for exact re-ranking on the GPU.
+    raw_corpus: Option<wgpu::Buffer>,
+}
+
+/// What the buffers of a round of candidates depend on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct TileKey {
+    corpus: (usize, usize),
+    tiles: TilePlan,
+    kc: usize,
+    column_tiles: usize,
+    gpu_exact: bool,
+    /// k, when rows are ranked and certified on the GPU.
+    certify_k: Option<usize>,
+}
+
+/// Ranked answers of one query tile and where they go in the staging buffer.
+struct CertifyBuffers {
+    k: usize,
+    error_bounds: wgpu::Buffer,
+    ids: wgpu::Buffer,
+    keys: wgpu::Buffer,
+    status: wgpu::Buffer,
+    keys_at: u64,
+    status_at: u64,
+    flags_at: u64,
+}
+
+/// Buffers of one round of candidates, reused by every query tile.
+pub(super) struct TileBuffers {
+    raw_queries: wgpu::Buffer,
+    queries: PreparedRows,
+    /// Per query row: (corpus index to exclude, shortlist bound).
+    row_state: wgpu::Buffer,
+    failed: wgpu::Buffer,
+    dist: wgpu::Buffer,
+    aux_a: wgpu::Buffer,
+    aux_b: wgpu::Buffer,
+    candidates: wgpu::Buffer,
+    shortlist_len: wgpu::Buffer,
+    shortlist: wgpu::Buffer,
+    uniform: wgpu::Buffer,
+    /// Read-back of the running lists, then (at `flags_at`) the failure flags.
+    staging: wgpu::Buffer,
+    flags_at: u64,
+    /// Exact keys of the candidates (with GPU re-ranking), and where they go in `staging`.
+    exact: Option<(wgpu::Buffer, u64)>,
+    /// Ranked answers, when rows are certified on the GPU.
+    certify: Option<CertifyBuffers>,
+}
+
+impl TileBuffers {
+    fn new(gpu: &GpuEngine, d: usize, key: TileKey) -> Result<Self> {
+        let TileKey { tiles, kc, column_tiles, gpu_exact, certify_k, .. } = key;
+        let q = tiles.query_rows;
+        let storage = wgpu::BufferUsages::STORAGE;
+        let copy = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        let certify = match certify_k {
+            Some(k) => {
+                let keys_at = (q * k * 4).next_multiple_of(8) as u64;
+                let status_at = keys_at + (q * k * 8) as u64;
+                Some(CertifyBuffers {
+                    k,
+                    error_bounds: gpu.buffer("error bounds", (q * 8) as u64, storage | copy)?,
+                    ids: gpu.buffer("ranked rows", (q * k * 4) as u64, storage | copy)?,
+                    keys: gpu.buffer("ranked keys", (q * k * 8) as u64, storage | copy)?,
+                    status: gpu.buffer("certificates", (q * 4) as u64, storage | copy)?,
+                    keys_at,
+                    status_at,
+                    flags_at: status_at + (q * 4) as u64,
+                })
+            }
+            None => None,
+        };
+        let candidate_staging =
+            (q * kc * 8 + q * 4).next_multiple_of(8) as u64 + if gpu_exact { (q * kc * 8) as u64 } else { 0 };
+        let staging_bytes = candidate_staging.max(certify.as_ref().map_or(0, |c| c.flags_at + (q * 4) as u64));
+        Ok(TileBuffers {
+            certify,
+            raw_queries: gpu.buffer("queries", (q * d * 4) as u64, storage | copy)?,
+            queries: PreparedRows {
+                first: 0,
+                rows: q,
+                vectors: gpu.buffer("query rows", (q * d.div_ceil(4) * 16) as u64, storage | copy)?,
+                norms: gpu.buffer("query norms", (q * 4) as u64, storage | copy)?,
+            },
+            row_state: gpu.buffer("row state", (q * 8) as u64, storage | copy)?,
+            failed: gpu.buffer("failed", (q * 4) as u64, storage | copy)?,
+            dist: gpu.buffer("distances", (q * tiles.dist_stride * 4) as u64, storage)?,
+            aux_a: gpu.buffer("aux a", (q * tiles.scratch_stride * 8) as u64, storage)?,
+            aux_b: gpu.buffer("aux b", (q * tiles.scratch_stride * 8) as u64, storage)?,
+            candidates: gpu.buffer("candidates", (q * 2 * kc * 8) as u64, storage | copy)?,
+            shortlist_len: gpu.buffer("shortlist lengths", (q * 4) as u64, storage | copy)?,
+            shortlist: gpu.buffer("shortlists", (q * tiles.shortlist_cap * 8).max(8) as u64, storage)?,
+            uniform: gpu.buffer(
+                "params",
+                (1 + 3 * column_tiles as u64) * PARAM_SLOT,
+                wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            )?,
+            staging: gpu.buffer(
+                "read-back",
+                staging_bytes,
+                wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            )?,
+            flags_at: (q * kc * 8) as u64,
+            exact: if gpu_exact {
+                let keys = gpu.buffer("exact keys", (q * kc * 8) as u64, storage | copy)?;
+                Some((keys, (q * kc * 8 + q * 4).next_multiple_of(8) as u64))
+            } else {
+                None
+            },
+        })
+    }
+}
+
+/// Rows `q0..q0 + rows` of the queries; `from_corpus` when they are the resident corpus
+/// itself (a graph).
+#[derive(Clone, Copy)]
+struct QueryTile {
+    q0: usize,
+    rows: usize,
+    from_corpus: bool,
+}
+
+impl CorpusSession<'_> {
+    /// Records copies of corpus rows `q0..q0 + rows`, prepared and (where kept) original, into
+    /// the query buffers.
+    fn copy_corpus_rows(&self, encoder: &mut wgpu::CommandEncoder, q0: usize, rows: usize, b: &TileBuffers) {
+        let d = self.corpus.cols();
+        let row_bytes = plan::prepared_row_bytes(d);
+        for chunk in &self.resident {
+            let lo = q0.max(chunk.first);
+            let hi = (q0 + rows).min(chunk.first + chunk.rows);
+            if lo >= hi {
+                continue;
+            }
+            let (src, dst, n) = ((lo - chunk.first) as u64, (lo - q0) as u64, (hi - lo) as u64);
+            encoder.copy_buffer_to_buffer(
+                &chunk.vectors,
+                src * row_bytes,
+                &b.queries.vectors,
+                dst * row_bytes,
+                n * row_bytes,
+            );
+            encoder.copy_buffer_to_buffer(&chunk.norms, src * 4, &b.queries.norms, dst * 4, n * 4);
+        }
+        if let Some(raw) = &self.raw_corpus {
+            let raw_row = (d * 4) as u64;
+            encoder.copy_buffer_to_buffer(raw, q0 as u64 * raw_row, &b.raw_queries, 0, rows as u64 * raw_row);
+        }
+    }
+
+    /// Uploads rows `first..first + rows` of the corpus and prepares them; also returns the
+    /// uploaded original rows.
+    fn prepare_chunk(&self, first: usize, rows: usize) -> Result<(PreparedRows, wgpu::Buffer)> {
+        let gpu = self.gpu;
+        let d = self.corpus.cols();
+        let dim4 = d.div_ceil(4);
+        let started = std::time::Instant::now();
+        let raw = gpu.upload("corpus", bytemuck::cast_slice(&self.corpus.as_slice()[first * d..(first + rows) * d]))?;
+        gpu.add_transfer_time(started);
+        let chunk = PreparedRows {
+            first,
+            rows,
+            vectors: gpu.buffer("corpus rows", (rows * dim4 * 16) as u64, STORAGE_COPY_SRC)?,
+            norms: gpu.buffer("corpus norms", (rows * 4) as u64, STORAGE_COPY_SRC)?,
+        };
+        let mut params = ParamSlots::default();
+        let (gx, gy) = grid(rows, gpu.max_groups);
+        let offset = params.push(self.norms_params(rows, d, gx));
+        let uniform = gpu.upload_uniform(&params)?;
+        let bind = bind_group(
+            &gpu.ctx.device,
+            &gpu.norms.layout,
+            &uniform,
+            &[&raw, &self.shift, &chunk.vectors, &chunk.norms],
+        );
+        let job = Job { step: Step::Norms, offset, groups: (gx, gy), bind: &bind };
+        gpu.submit(gpu.ctx.device.create_command_encoder(&Default::default()), &[job])?;
+        Ok((chunk, raw))
+    }
+
+    fn norms_params(&self, rows: usize, d: usize, groups_x: u32) -> NormsParams {
+        NormsParams {
+            rows: rows as u32,
+            dim: d as u32,
+            dim4: d.div_ceil(4) as u32,
+            mode: metric_modes(self.metric).0,
+            groups_x,
+            in_offset: 0,
+            _pad: [0; 2],
+        }
+    }
+
+    /// The kc best fp32 candidates of every query, tile by tile.
+    pub fn candidates(
+        &mut self,
+        queries: MatrixRef<'_>,
+        exclude: &[u32],
+        kc: usize,
+        certify: Option<&Certify<'_>>,
+        report: &(dyn Fn(usize) + Sync),
+    ) -> Result<Candidates> {
+        let gpu = self.gpu;
+        let nq = queries.rows();
+        let d = queries.cols();
+        let tiles = plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), gpu.max_column_tile, gpu.budget())?;
+        let q = tiles.query_rows;
+        let column_tiles = if self.plan.resident {
+            self.resident.iter().map(|c| c.rows.div_ceil(tiles.column_tile)).sum::<usize>()
+        } else {
+            self.plan.chunk_rows.div_ceil(tiles.column_tile)
+        };
+        let gpu_exact = self.raw_corpus.is_some();
+        let started = std::time::Instant::now();
+        // Ranking on the GPU needs its exact keys, and costs kc^2 a row.
+        let certify = certify.filter(|_| gpu_exact && gpu.certify.is_some() && kc <= MAX_CERTIFY_KC);
+        let certify_k = certify.map(|c| c.k);
+        let key = TileKey { corpus: (self.corpus.rows(), d), tiles, kc, column_tiles, gpu_exact, certify_k };
+        let mut cached = gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if cached.as_ref().is_some_and(|(k, _)| *k != key) {
+            // Freed before the new set is allocated.
+            cached = None;
+        }
+        let buffers = match cached {
+            Some((_, buffers)) => buffers,
+            None => TileBuffers::new(gpu, d, key)?,
+        };
+        // Ranked rows need only k answers each on the host.
+        let lists = if certify.is_some() { 0 } else { nq * kc };
+        let mut out = Candidates {
+            exact: (gpu_exact && certify.is_none()).then(|| vec![0.0; lists]),
+            kc,
+            keys: vec![f32::INFINITY; lists],
+            ids: vec![u32::MAX; lists],
+            failed: vec![false; nq],
+            shortlisted: 0,
+            ranked: certify.map(|c| BackendRanked {
+                k: c.k,
+                ids: vec![u32::MAX; nq * c.k],
+                keys: vec![0.0; nq * c.k],
+                status: vec![1; nq],
+            }),
+        };
+        if let Some(p) = &gpu.profiler {
+            p.times.lock().unwrap_or_else(|e| e.into_inner()).allocation += started.elapsed().as_secs_f64();
+        }
+        // A graph's queries are the resident corpus rows: copied on the GPU, not uploaded and
+        // prepared again.
+        let from_corpus = self.plan.resident
+            && queries.rows() == self.corpus.rows()
+            && std::ptr::eq(queries.as_slice().as_ptr(), self.corpus.as_slice().as_ptr());
+        for q0 in (0..nq).step_by(q) {
+            let rows = q.min(nq - q0);
+            let tile = QueryTile { q0, rows, from_corpus };
+            self.query_tile(queries, tile, &exclude[q0..q0 + rows], kc, certify, tiles, &buffers, &mut out)?;
+            report(q0 + rows);
+        }
+        *gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, buffers));
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn query_tile(
+        &self,
+        queries: MatrixRef<'_>,
+        tile: QueryTile,
+        exclude: &[u32],
+        kc: usize,
+        certify: Option<&Certify<'_>>,
+        tiles: TilePlan,
+        b: &TileBuffers,
+        out: &mut Candidates,
+    ) -> Result<()> {
+        let gpu = self.gpu;
+        let device = &gpu.ctx.device;
+        let d = queries.cols();
+        let QueryTile { q0, rows, from_corpus } = tile;
+        let started = std::time::Instant::now();
+        if !from_corpus {
+            gpu.ctx.queue.write_buffer(
+                &b.raw_queries,
+                0,
+                bytemuck::cast_slice(&queries.as_slice()[q0 * d..(q0 + rows) * d]),
+            );
+        }
+        // No bound before the first tile.
+        let row_state: Vec<[u32; 2]> = exclude.iter().map(|&e| [e, f32::INFINITY.to_bits()]).collect();
+        gpu.ctx.queue.write_buffer(&b.row_state, 0, bytemuck::cast_slice(&row_state));
+        gpu.add_transfer_time(started);
+
+        let select_bind = bind_group(
+            device,
+            &gpu.select.layout,
+            &b.uniform,
+            &[&b.dist, &b.aux_a, &b.aux_b, &b.candidates, &b.failed, &b.row_state, &b.shortlist_len, &b.shortlist],
+        );
+        let norms_bind = bind_group(
+            device,
+            &gpu.norms.layout,
+            &b.uniform,
+            &[&b.raw_queries, &self.shift, &b.queries.vectors, &b.queries.norms],
+        );
+        let distance_bind = |chunk: &PreparedRows| {
+            bind_group(
+                device,
+                &gpu.distance.layout,
+                &b.uniform,
+                &[
+                    &b.queries.vectors,
+                    &chunk.vectors,
+                    &b.queries.norms,
+                    &chunk.norms,
+                    &b.row_state,
+                    &b.dist,
+                    &b.shortlist_len,
+                    &b.shortlist,
+                ],
+            )
+        };
+
+        // A resident corpus goes in one submission; a streamed one a chunk at a time.
+        let starts: Vec<usize> = (0..self.corpus.rows()).step_by(self.plan.chunk_rows).collect();
+        let batches: Vec<Vec<usize>> = if self.plan.resident {
+            vec![(0..starts.len()).collect()]
+        } else {
+            (0..starts.len()).map(|i| vec![i]).collect()
+        };
+        let mut first_tile = true;
+        for (batch_no, batch) in batches.iter().enumerate() {
+            let streamed: Vec<PreparedRows> = if self.plan.resident {
+                Vec::new()
+            } else {
+                batch
+                    .iter()
+                    .map(|&c| {
+                        let rows = self.plan.chunk_rows.min(self.corpus.rows() - starts[c]);
+                        self.prepare_chunk(starts[c], rows).map(|(chunk, _)| chunk)
+                    })
+                    .collect::<Result<_>>()?
+            };
+            let chunks: Vec<&PreparedRows> = if self.plan.resident {
+                batch.iter().map(|&c| &self.resident[c]).collect()
+            } else {
+                streamed.iter().collect()
+            };
+            let distance_binds: Vec<wgpu::BindGroup> = chunks.iter().map(|c| distance_bind(c)).collect();
+
+            let mut params = ParamSlots::default();
+            let mut jobs = Vec::new();
+            if batch_no == 0 && !from_corpus {
+                let (gx, gy) = grid(rows, gpu.max_groups);
+                let offset = params.push(self.norms_params(rows, d, gx));
+                jobs.push(Job { step: Step::Norms, offset, groups: (gx, gy), bind: &norms_bind });
+            }
+            for (chunk, dbind) in chunks.iter().zip(&distance_binds) {
+                for c0 in (0..chunk.rows).step_by(tiles.column_tile) {
+                    let cols = tiles.column_tile.min(chunk.rows - c0);
+                    let col_base = (chunk.first + c0) as u32;
+                    // From the second tile on, rows have a bound and keys under it go to
+                    // their shortlists.
+                    let shortlist_cap = if first_tile { 0 } else { tiles.shortlist_cap as u32 };
+                    let (gx, gy) =
+                        grid(rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize), gpu.max_groups);
+                    let offset = params.push(DistanceParams {
+                        q_rows: rows as u32,
+                        c_rows: cols as u32,
+                        dim4: d.div_ceil(4) as u32,
+                        c_offset: c0 as u32,
+                        col_base,
+                        out_stride: tiles.dist_stride as u32,
+                        mode: metric_modes(self.metric).1,
+                        groups_x: gx,
+                        shortlist_cap,
+                        _pad: [0; 3],
+                    });
+                    jobs.push(Job { step: Step::Distance, offset, groups: (gx, gy), bind: dbind });
+                    let (sx, sy) = grid(rows, gpu.max_groups);
+                    // Running lists of all rows first, then the latest tile's lists.
+                    let tile_region = (tiles.query_rows * kc) as u32;
+                    let select = SelectParams {
+                        rows: rows as u32,
+                        need: kc as u32,
+                        scratch_stride: tiles.scratch_stride as u32,
+                        out_stride: kc as u32,
+                        groups_x: sx,
+                        shortlist_cap,
+                        ..Default::default()
+                    };
+                    // The tile's kc best: straight into the running lists for the first tile,
+                    // else into the tile region.
+                    let offset = params.push(SelectParams {
+                        len: cols as u32,
+                        in_stride: tiles.dist_stride as u32,
+                        col_base,
+                        out_offset: if first_tile { 0 } else { tile_region },
+                        dense: 1,
+                        ..select
+                    });
+                    jobs.push(Job { step: Step::SelectRows, offset, groups: (sx, sy), bind: &select_bind });
+                    if !first_tile {
+                        // Merge: the kc best of the running list and the tile's list.
+                        let merge = SelectParams { len: 2 * kc as u32, in_stride: tile_region, ..select };
+                        let (offset, groups) = match gpu.rows_per_subgroup_group() {
+                            Some(per_group) => {
+                                let groups = grid(rows.div_ceil(per_group as usize), gpu.max_groups);
+                                (
+                                    params.push(SelectParams {
+                                        groups_x: groups.0,
+                                        rows_per_group: per_group,
+                                        ..merge
+                                    }),
+                                    groups,
+                                )
+                            }
+                            None => (params.push(merge), (sx, sy)),
+                        };
+                        jobs.push(Job { step: Step::Merge, offset, groups, bind: &select_bind });
+                    }
+                    first_tile = false;
+                }
+            }
+            gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
+            let mut encoder = device.create_command_encoder(&Default::default());
+            if batch_no == 0 {
+                encoder.clear_buffer(&b.failed, 0, None);
+                encoder.clear_buffer(&b.shortlist_len, 0, None);
+                if from_corpus {
+                    self.copy_corpus_rows(&mut encoder, q0, rows, b);
+                }
+            }
+            gpu.submit(encoder, &jobs)?;
+        }
+
+        if let (Some((keys, _)), Some(raw_corpus), Some(refine)) = (&b.exact, &self.raw_corpus, &gpu.refine) {
+            // Rows of a few hundred values and more are read faster by a workgroup each.
+            let wide = d >= WIDE_ROWS;
+            let groups = if wide { rows * kc } else { (rows * kc).div_ceil(64) };
+            let (gx, gy) = grid(groups, gpu.max_groups);
+            let mut params = ParamSlots::default();
+            let offset = params.push(RefineParams {
+                rows: rows as u32,
+                kc: kc as u32,
+                dim: d as u32,
+                mode: match self.metric {
+                    Metric::Euclidean | Metric::SqEuclidean => 0,
+                    Metric::Cosine => 1,
+                    Metric::Correlation => 2,
+                    Metric::InnerProduct => 3,
+                },
+                groups_x: gx,
+                _pad: [0; 3],
+            });
+            let bind =
+                bind_group(device, &refine.0.layout, &b.uniform, &[&b.raw_queries, raw_corpus, &b.candidates, keys]);
+            let step = if wide { Step::RefineWide } else { Step::Refine };
+            let mut jobs = vec![Job { step, offset, groups: (gx, gy), bind: &bind }];
+            let certify_bind;
+            if let (Some(cb), Some(kernel), Some(c)) = (&b.certify, &gpu.certify, certify) {
+                gpu.ctx.queue.write_buffer(&cb.error_bounds, 0, bytemuck::cast_slice(&c.error_bounds[q0..q0 + rows]));
+                let (gx, gy) = grid(rows, gpu.max_groups);
+                let offset = params.push(CertifyParams {
+                    rows: rows as u32,
+                    kc: kc as u32,
+                    k: cb.k as u32,
+                    corpus_rows: self.corpus.rows() as u32,
+                    groups_x: gx,
+                    floor_zero: c.floor_zero as u32,
+                    _pad: [0; 2],
+                });
+                certify_bind = bind_group(
+                    device,
+                    &kernel.layout,
+                    &b.uniform,
+                    &[&b.candidates, keys, &b.row_state, &cb.error_bounds, &cb.ids, &cb.keys, &cb.status],
+                );
+                jobs.push(Job { step: Step::Certify, offset, groups: (gx, gy), bind: &certify_bind });
+            }
+            gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
+            gpu.submit(device.create_command_encoder(&Default::default()), &jobs)?;
+        }
+
+        if let (Some(cb), Some(ranked)) = (&b.certify, out.ranked.as_mut()) {
+            // Only the ranked answers, the certificates and the failure flags come back.
+            let started = std::time::Instant::now();
+            let k = cb.k;
+            let mut encoder = device.create_command_encoder(&Default::default());
+            encoder.copy_buffer_to_buffer(&cb.ids, 0, &b.staging, 0, (rows * k * 4) as u64);
+            encoder.copy_buffer_to_buffer(&cb.keys, 0, &b.staging, cb.keys_at, (rows * k * 8) as u64);
+            encoder.copy_buffer_to_buffer(&cb.status, 0, &b.staging, cb.status_at, (rows * 4) as u64);
+            encoder.copy_buffer_to_buffer(&b.failed, 0, &b.staging, cb.flags_at, (rows * 4) as u64);
+            gpu.ctx.queue.submit([encoder.finish()]);
+            map_and_read(gpu, &b.staging, |bytes| {
+                let at = |offset: u64, len: usize| &bytes[offset as usize..offset as usize + len];
+                parallel_copy(&mut ranked.ids[q0 * k..(q0 + rows) * k], bytemuck::cast_slice(at(0, rows * k * 4)));
+                parallel_copy(
+                    &mut ranked.keys[q0 * k..(q0 + rows) * k],
+                    bytemuck::cast_slice(at(cb.keys_at, rows * k * 8)),
+                );
+                ranked.status[q0..q0 + rows].copy_from_slice(bytemuck::cast_slice(at(cb.status_at, rows * 4)));
+                let flags: &[u32] = bytemuck::cast_slice(at(cb.flags_at, rows * 4));
+                for (failed, &flag) in out.failed[q0..q0 + rows].iter_mut().zip(flags) {
+                    *failed = flag & 1 != 0;
+                    out.shortlisted += (flag >> 1 & 1) as usize;
+                }
+            })?;
+            gpu.add_transfer_time(started);
+            return Ok(());
+        }
+
+        // One copy of the running lists, the failure flags and the exact keys into the
+        // staging buffer.
+        let started = std::time::Instant::now();
+        let pair_bytes = (rows * kc * 8) as u64;
+        let mut encoder = device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(&b.candidates, 0, &b.staging, 0, pair_bytes);
+        encoder.copy_buffer_to_buffer(&b.failed, 0, &b.staging, b.flags_at, (rows * 4) as u64);
+        if let Some((keys, at)) = &b.exact {
+            encoder.copy_buffer_to_buffer(keys, 0, &b.staging, *at, pair_bytes);
+        }
+        gpu.ctx.queue.submit([encoder.finish()]);
+        map_and_read(gpu, &b.staging, |bytes| {
+            let pairs: &[[u32; 2]] = bytemuck::cast_slice(&bytes[..pair_bytes as usize]);
+            let flags: &[u32] = bytemuck::cast_slice(&bytes[b.flags_at as usize..b.flags_at as usize + rows * 4]);
+            let keys = &mut out.keys[q0 * kc..(q0 + rows) * kc];
+            let ids = &mut out.ids[q0 * kc..(q0 + rows) * kc];
+            // Mapped memory is uncached on some systems: unpack it once, on every core.
+            pairs.par_iter().zip(keys.par_iter_mut()).zip(ids.par_iter_mut()).for_each(|((pair, key), id)| {
+                *key = f32::from_bits(pair[0]);
+                *id = pair[1];
+            });
+            // Bit 0: unfinished; bit 1: took a shortlist.
+            for (failed, &flag) in out.failed[q0..q0 + rows].iter_mut().zip(flags) {
+                *failed = flag & 1 != 0;
+                out.shortlisted += (flag >> 1 & 1) as usize;
+            }
+            if let (Some((_, at)), Some(exact)) = (&b.exact, out.exact.as_mut()) {
+                let keys: &[f64] = bytemuck::cast_slice(&bytes[*at as usize..*at as usize + pair_bytes as usize]);
+                parallel_copy(&mut exact[q0 * kc..(q0 + rows) * kc], keys);
+            }
+        })?;
+        gpu.add_transfer_time(started);
+        Ok(())
+    }
+}
+
+/// Copies out of mapped memory on every core: a single core reads uncached mapped memory at a
+/// few GB/s (measured: 786 MB of ranked answers took 450 ms).
+fn parallel_copy<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
+    dst.par_chunks_mut(1 << 16).zip(src.par_chunks(1 << 16)).for_each(|(d, s)| d.copy_from_slice(s));
+}
