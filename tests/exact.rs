@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{cases, check, larger_cases, Case};
+use common::{cases, check, large_corpus_case, larger_cases, Case};
 use knng::{Backend, Knn, Options};
 
 /// `default_budget`: the engine runs with the default memory budget, so every case's corpus
@@ -140,4 +140,17 @@ fn gpu_workgroup_select_larger_cases() {
     let knn =
         gpu_with(true, Some(SMALL_BUDGET), Some(NARROW_TILE)).expect("the workgroup select runs on every adapter");
     run_cases(&knn, larger_cases(), false, true);
+}
+
+#[test]
+fn gpu_large_corpus_matches_float64_oracle() {
+    if let Some(knn) = gpu(false, None) {
+        run_cases(&knn, vec![large_corpus_case()], true, false);
+    }
+    run_cases(
+        &gpu(true, None).expect("the workgroup select runs on every adapter"),
+        vec![large_corpus_case()],
+        true,
+        false,
+    );
 }

@@ -23,6 +23,8 @@ use session::{TileBuffers, TileKey};
 
 use std::sync::mpsc;
 
+use rayon::prelude::*;
+
 use wgpu::util::DeviceExt;
 
 use crate::error::{Error, Result};
@@ -37,6 +39,8 @@ pub use context::{adapters, AdapterReport};
 const DEFAULT_BUDGET: u64 = 1 << 30;
 /// Dimension from which exact keys are computed by a workgroup per candidate.
 const WIDE_ROWS: usize = 256;
+/// Uploads larger than this are split into parts written by several cores.
+const UPLOAD_PART: usize = 8 << 20;
 /// Below this budget an out-of-memory error is final.
 const MIN_RETRY_BUDGET: u64 = 8 << 20;
 /// Uniform slots are this far apart (the largest `min_uniform_buffer_offset_alignment`).
@@ -415,13 +419,48 @@ impl GpuEngine {
         } else {
             bytes
         };
-        self.ctx.allocating(|| {
-            self.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(label),
-                contents,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        if contents.len() <= UPLOAD_PART {
+            return self.ctx.allocating(|| {
+                self.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some(label),
+                    contents,
+                    usage,
+                })
+            });
+        }
+        // Large inputs: one mapped staging buffer per part, filled on every core (one core
+        // writes mapped memory at a few GB/s), then copied on the GPU.
+        let buffer = self.buffer(label, contents.len() as u64, usage)?;
+        let parts: Vec<(&[u8], wgpu::Buffer)> = contents
+            .chunks(UPLOAD_PART)
+            .map(|part| {
+                let staging = self.ctx.allocating(|| {
+                    self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("upload"),
+                        size: (part.len() as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT),
+                        usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                        mapped_at_creation: true,
+                    })
+                })?;
+                Ok((part, staging))
             })
-        })
+            .collect::<Result<_>>()?;
+        parts.par_iter().try_for_each(|(part, staging)| {
+            let mut view = staging
+                .slice(..)
+                .get_mapped_range_mut()
+                .map_err(|e| Error::Gpu(format!("mapping an upload buffer: {e}")))?;
+            view.slice(..part.len()).copy_from_slice(part);
+            Ok::<_, Error>(())
+        })?;
+        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+        for (i, (_, staging)) in parts.iter().enumerate() {
+            staging.unmap();
+            encoder.copy_buffer_to_buffer(staging, 0, &buffer, (i * UPLOAD_PART) as u64, staging.size());
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+        Ok(buffer)
     }
 
     fn buffer(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {

@@ -236,3 +236,15 @@ pub fn larger_cases() -> Vec<Case> {
         },
     ]
 }
+
+/// A corpus of more than 8 MiB (uploaded in parts by several cores) searched by a few queries.
+pub fn large_corpus_case() -> Case {
+    let mut rng = StdRng::seed_from_u64(11);
+    Case {
+        name: "euclidean: search 7 queries in a 70000 x 32 corpus".into(),
+        corpus: random(&mut rng, 70_000, 32, 0.5),
+        queries: Some(random(&mut rng, 7, 32, 0.5)),
+        k: 9,
+        metric: Metric::Euclidean,
+    }
+}
