@@ -27,6 +27,11 @@ fn validate(name: &str, source: &str, subgroups: bool, f64: bool) -> (naga::Modu
 fn shaders_validate_and_translate_for_every_platform() {
     let modules = knng::gpu_shader_sources();
     assert_eq!(modules.len(), 6, "a shader module was added or lost; update this test");
+    let distance = modules.iter().find(|m| m.name == "distance").expect("distance module");
+    assert!(
+        distance.source.contains("const k = 15u;") && !distance.source.contains("for (var k = 0u; k < BK; k++)"),
+        "the distance kernel's k loop was not unrolled"
+    );
     for m in modules {
         let name = m.name;
         let (module, info) = validate(name, &m.source, m.subgroups, m.f64);

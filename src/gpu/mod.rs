@@ -269,7 +269,8 @@ impl GpuEngine {
             context::choose_adapter(&adapters, options.adapter.as_deref(), hardware_only && options.adapter.is_none())?;
         let ctx = Context::open(&adapters[chosen], !options.no_subgroups, options.profile)?;
         let depth = options.distance_tile_depth.unwrap_or(TILE_K);
-        let tile_bytes = depth * (TILE_M + TILE_N) * 4;
+        // Each depth holds one padded row of vec4s per operand (QS, CS in distance.wgsl).
+        let tile_bytes = depth * (TILE_M / 4 + 1 + TILE_N / 4 + 1) * 16;
         if ![4, 8, 16, MAX_TILE_K].contains(&depth) || tile_bytes > ctx.limits.max_compute_workgroup_storage_size {
             return Err(Error::arg(
                 "tile-depth",
@@ -302,7 +303,7 @@ impl GpuEngine {
                 kernel(
                     &ctx,
                     "distance",
-                    shaders::DISTANCE,
+                    &shaders::distance(depth),
                     "distance_tile",
                     &[RO, RO, RO, RO, RO, RW, RW, RW],
                     &tile,

@@ -2,8 +2,8 @@
 
 /// Row preparation: centring, normalisation and squared norms (`shaders/norms.wgsl`).
 pub const NORMS: &str = include_str!("../../shaders/norms.wgsl");
-/// The register-blocked distance GEMM (`shaders/distance.wgsl`).
-pub const DISTANCE: &str = include_str!("../../shaders/distance.wgsl");
+/// The register-blocked distance GEMM (`shaders/distance.wgsl`), before unrolling.
+const DISTANCE: &str = include_str!("../../shaders/distance.wgsl");
 /// Quick multi-select, without its entry point (`shaders/select.wgsl`).
 const SELECT: &str = include_str!("../../shaders/select.wgsl");
 /// Ballot helpers and the `select_rows` entry point with subgroups (`shaders/rank_subgroup.wgsl`).
@@ -27,6 +27,47 @@ pub fn select(subgroups: bool) -> String {
     }
 }
 
+/// The distance GEMM for workgroup tiles `depth` deep, its k loop unrolled.
+pub fn distance(depth: u32) -> String {
+    unroll(DISTANCE, "BK", depth)
+}
+
+/// Expands each loop marked `// unroll(VAR, CONSTANT)` into `count` blocks, each binding VAR
+/// as a constant, for a `count` that the caller also passes as the override CONSTANT. The
+/// marked line must be followed by `for (var VAR = 0u; VAR < CONSTANT; VAR++) {` and the
+/// loop must end with a `}` at the indentation of that line; anything else is left as it is.
+fn unroll(source: &str, constant: &str, count: u32) -> String {
+    let mut out = String::with_capacity(source.len() * 2);
+    let mut lines = source.lines().peekable();
+    while let Some(line) = lines.next() {
+        out.push_str(line);
+        out.push('\n');
+        let Some(var) =
+            line.trim().strip_prefix("// unroll(").and_then(|rest| rest.strip_suffix(&format!(", {constant})")))
+        else {
+            continue;
+        };
+        let indent = &line[..line.len() - line.trim_start().len()];
+        let header = format!("{indent}for (var {var} = 0u; {var} < {constant}; {var}++) {{");
+        if lines.peek() != Some(&header.as_str()) {
+            continue;
+        }
+        lines.next();
+        let close = format!("{indent}}}");
+        let body: Vec<&str> = lines.by_ref().take_while(|l| *l != close).collect();
+        for i in 0..count {
+            out.push_str(&format!("{indent}{{\n{indent}    const {var} = {i}u;\n"));
+            for l in &body {
+                out.push_str(l);
+                out.push('\n');
+            }
+            out.push_str(&close);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// A complete shader module and the optional features it needs.
 pub struct ShaderModuleInfo {
     /// Short name.
@@ -44,7 +85,7 @@ pub fn all() -> Vec<ShaderModuleInfo> {
     let m = |name, source: String, subgroups, f64| ShaderModuleInfo { name, source, subgroups, f64 };
     vec![
         m("norms", NORMS.to_string(), false, false),
-        m("distance", DISTANCE.to_string(), false, false),
+        m("distance", distance(super::TILE_K), false, false),
         m("select_subgroup", select(true), true, false),
         m("select_workgroup", select(false), false, false),
         m("refine", REFINE.to_string(), false, true),
