@@ -2,8 +2,9 @@
 // step of the exactness argument (notes/exactness.md), on the GPU so that only keys come back
 // instead of every candidate's row being read on the host. Needs SHADER_F64.
 //
-// `exact_keys`: one invocation per (query row, candidate), for short rows; `exact_keys_wide`
-// (below): one workgroup per candidate. Keys are those of `Metric::rank_key_f64`:
+// `exact_keys`: one invocation per (query row, candidate), for short rows; `exact_keys_grouped`
+// (below): GROUP invocations per candidate, for rows of a few dozen values; `exact_keys_wide`:
+// one workgroup per candidate. Keys are those of `Metric::rank_key_f64`:
 //   mode 0 (euclidean family): sum (x - y)^2
 //   mode 1 (cosine):           1 - x.y / (|x| |y|)
 //   mode 2 (correlation):      1 - (x - mean x).(y - mean y) / (|x - mean x| |y - mean y|)
@@ -156,6 +157,82 @@ fn exact_keys_wide(
     if (lid == 0u) {
         var key: f64;
         if (params.mode == 0u) {
+            key = s.x;
+        } else if (params.mode == 3u) {
+            key = -s.y;
+        } else {
+            key = 1.0lf - s.y / (sqrt(s.z) * sqrt(s.w));
+        }
+        keys[t] = key;
+    }
+}
+
+// GROUP invocations per candidate, WG / GROUP candidates per workgroup, for rows too short
+// for a workgroup each. One invocation per candidate reads its row alone, 4 bytes per load
+// from rows far apart; a group reads GROUP neighbouring values of the row at a time.
+
+const GROUP: u32 = 8u;
+
+// Sums `v` over the invocation's group; every group's total lands in its first invocation.
+fn group_sum(v: vec4<f64>, lid: u32) -> vec4<f64> {
+    partial[lid] = v;
+    workgroupBarrier();
+    for (var step = GROUP / 2u; step > 0u; step /= 2u) {
+        if (lid % GROUP < step) {
+            partial[lid] += partial[lid + step];
+        }
+        workgroupBarrier();
+    }
+    let total = partial[lid - lid % GROUP];
+    workgroupBarrier();
+    return total;
+}
+
+@compute @workgroup_size(64)
+fn exact_keys_grouped(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
+    let t = (wid.x + wid.y * params.groups_x) * (WG / GROUP) + lid / GROUP;
+    let lane = lid % GROUP;
+    // Every invocation reaches the barriers of the sums; the ones without a candidate add 0.
+    var id = NONE;
+    if (t < params.rows * params.kc) {
+        id = candidates[t].y;
+    }
+    let live = id != NONE;
+    let qb = (t / params.kc) * params.dim;
+    let cb = id * params.dim;
+    var mx: f64 = 0.0lf;
+    var my: f64 = 0.0lf;
+    if (params.mode == 2u) {
+        var sx: f64 = 0.0lf;
+        var sy: f64 = 0.0lf;
+        if (live) {
+            for (var j = lane; j < params.dim; j += GROUP) {
+                sx += f64(queries[qb + j]);
+                sy += f64(corpus[cb + j]);
+            }
+        }
+        let s = group_sum(vec4<f64>(sx, sy, 0.0lf, 0.0lf), lid);
+        mx = s.x / f64(params.dim);
+        my = s.y / f64(params.dim);
+    }
+    var sums = vec4<f64>(0.0lf);
+    if (live) {
+        for (var j = lane; j < params.dim; j += GROUP) {
+            let x = f64(queries[qb + j]) - mx;
+            let y = f64(corpus[cb + j]) - my;
+            let diff = x - y;
+            sums += vec4<f64>(diff * diff, x * y, x * x, y * y);
+        }
+    }
+    let s = group_sum(sums, lid);
+    if (lane == 0u && t < params.rows * params.kc) {
+        var key: f64 = 0.0lf;
+        if (!live) {
+            key = 0.0lf;
+        } else if (params.mode == 0u) {
             key = s.x;
         } else if (params.mode == 3u) {
             key = -s.y;

@@ -52,15 +52,15 @@ pub(crate) struct BackendRanked {
 }
 
 impl BackendRanked {
-    /// Row `slot`'s answer, or `None` when its certificate failed.
-    pub fn answer(&self, slot: usize) -> Option<Ranked> {
+    /// Row `slot`'s answer as (exact keys, corpus rows), or `None` when its certificate failed.
+    pub fn answer(&self, slot: usize) -> Option<(&[f64], &[u32])> {
         let m = match self.status[slot] {
             0 => self.k,
             1 => return None,
             s => (s - 2) as usize,
         };
         let at = slot * self.k;
-        Some(self.keys[at..at + m].iter().copied().zip(self.ids[at..at + m].iter().copied()).collect())
+        Some((&self.keys[at..at + m], &self.ids[at..at + m]))
     }
 }
 
@@ -200,8 +200,8 @@ mod tests {
             keys: vec![0.5, 1.5, 2.0, 0.0, 3.0, 4.0],
             status: vec![0, 3, 1],
         };
-        assert_eq!(ranked.answer(0), Some(vec![(0.5, 4), (1.5, 7)]));
-        assert_eq!(ranked.answer(1), Some(vec![(2.0, 1)]));
+        assert_eq!(ranked.answer(0), Some((&[0.5, 1.5][..], &[4, 7][..])));
+        assert_eq!(ranked.answer(1), Some((&[2.0][..], &[1][..])));
         assert_eq!(ranked.answer(2), None);
     }
 

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{GpuEngine, GpuTimes};
 use crate::metric::Metric;
 use crate::prepare;
-use crate::refine::{self, Candidates, Certify, Query, Ranked, NONE};
+use crate::refine::{self, Candidates, Certify, Query, NONE};
 
 /// Which engine computes the candidates.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -247,7 +247,9 @@ impl Knn {
         let query_stats = if same_rows { corpus_stats.clone() } else { prepare::row_stats(queries, &shift, metric) };
         let corpus_max = corpus_stats.max();
         let nq = queries.rows();
-        let mut answers: Vec<Option<Ranked>> = vec![None; nq];
+        // Answers are written into the output as rows are proven; `pending` lists the others.
+        let mut indices = vec![0u32; nq * k];
+        let mut distances = vec![0f32; nq * k];
         let mut pending: Vec<usize> = (0..nq).collect();
         let mut kc = initial_candidates(k);
         let total = nq as u64;
@@ -303,33 +305,47 @@ impl Knn {
             stats.rows_shortlisted += cands.shortlisted;
             let clock = std::time::Instant::now();
             let brute_forced = std::sync::atomic::AtomicUsize::new(0);
-            let results: Vec<(usize, Option<Ranked>)> = pending
-                .par_iter()
+            let mut slot_of = vec![NONE; nq];
+            for (slot, &i) in pending.iter().enumerate() {
+                slot_of[i] = slot as u32;
+            }
+            pending = indices
+                .par_chunks_mut(k)
+                .zip(distances.par_chunks_mut(k))
                 .enumerate()
-                .map(|(slot, &i)| {
+                .filter(|(i, _)| slot_of[*i] != NONE)
+                .filter_map(|(i, (row_ids, row_dists))| {
+                    let slot = slot_of[i] as usize;
                     let q = Query { corpus, vector: queries.row(i), metric, k, exclude: exclude[i] };
-                    if cands.failed[slot] {
+                    let ranked = if cands.failed[slot] {
                         brute_forced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        return (i, Some(refine::brute_force(q)));
-                    }
-                    if let Some(ranked) = &cands.ranked {
-                        return (i, ranked.answer(slot));
-                    }
-                    let range = slot * cands.kc..(slot + 1) * cands.kc;
-                    let exact = cands.exact.as_ref().map(|e| &e[range.clone()]);
-                    let bound = error_bound(i);
-                    (i, refine::refine(q, &cands.keys[range.clone()], &cands.ids[range], exact, available(i), bound))
+                        refine::brute_force(q)
+                    } else if let Some(ranked) = &cands.ranked {
+                        let Some((keys, ids)) = ranked.answer(slot) else { return Some(i) };
+                        write_row(metric, keys.iter().copied().zip(ids.iter().copied()), row_ids, row_dists);
+                        return None;
+                    } else {
+                        let range = slot * cands.kc..(slot + 1) * cands.kc;
+                        let exact = cands.exact.as_ref().map(|e| &e[range.clone()]);
+                        let bound = error_bound(i);
+                        match refine::refine(
+                            q,
+                            &cands.keys[range.clone()],
+                            &cands.ids[range],
+                            exact,
+                            available(i),
+                            bound,
+                        ) {
+                            Some(ranked) => ranked,
+                            None => return Some(i),
+                        }
+                    };
+                    write_row(metric, ranked.into_iter(), row_ids, row_dists);
+                    None
                 })
                 .collect();
             stats.rows_brute_forced += brute_forced.into_inner();
             stats.refine_seconds += clock.elapsed().as_secs_f64();
-            pending.clear();
-            for (i, r) in results {
-                match r {
-                    Some(r) => answers[i] = Some(r),
-                    None => pending.push(i),
-                }
-            }
             // Rows whose certificate failed have many near-ties around their k-th neighbour:
             // ask for more candidates; once kc covers the corpus the answer is complete.
             kc = kc.saturating_mul(4);
@@ -342,27 +358,26 @@ impl Knn {
         }
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
 
-        let mut indices = vec![0u32; nq * k];
-        let mut distances = vec![0f32; nq * k];
-        indices.par_chunks_mut(k).zip(distances.par_chunks_mut(k)).zip(answers.into_par_iter()).for_each(
-            |((row_ids, row_dists), ranked)| {
-                // The set and its order come from float64; rows that round to the same f32
-                // distance are then listed by index, so the output is sorted as reported.
-                let ranked = ranked.expect("every row is answered");
-                let mut row: Vec<(f32, u32)> =
-                    ranked.into_iter().map(|(key, j)| (metric.key_to_distance(key), j)).collect();
-                if metric.larger_is_nearer() {
-                    row.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-                } else {
-                    row.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                }
-                for ((id, dist), (distance, j)) in row_ids.iter_mut().zip(row_dists.iter_mut()).zip(row) {
-                    *id = j;
-                    *dist = distance;
-                }
-            },
-        );
         Ok(Neighbors { indices, distances, queries: nq, k })
+    }
+}
+
+/// Writes one row's answer, given ascending by (exact key, row), as reported distances. The
+/// f32 distance is monotone in the key, so rows that round to the same distance are adjacent;
+/// they are then listed by index, so that the output is sorted as reported.
+fn write_row(metric: Metric, answer: impl Iterator<Item = (f64, u32)>, ids: &mut [u32], dists: &mut [f32]) {
+    let mut m = 0;
+    for ((id, dist), (key, j)) in ids.iter_mut().zip(dists.iter_mut()).zip(answer) {
+        *id = j;
+        *dist = metric.key_to_distance(key);
+        m += 1;
+    }
+    let mut start = 0;
+    while start < m {
+        let bits = dists[start].to_bits();
+        let end = start + dists[start..m].iter().take_while(|d| d.to_bits() == bits).count();
+        ids[start..end].sort_unstable();
+        start = end;
     }
 }
 

@@ -37,6 +37,8 @@ pub use context::{adapters, AdapterReport};
 
 /// Default GPU memory budget.
 const DEFAULT_BUDGET: u64 = 1 << 30;
+/// Dimension from which exact keys are computed by a group of 8 invocations per candidate.
+const GROUPED_ROWS: usize = 32;
 /// Dimension from which exact keys are computed by a workgroup per candidate.
 const WIDE_ROWS: usize = 256;
 /// Uploads larger than this are split into parts written by several cores.
@@ -115,9 +117,20 @@ struct CertifyParams {
     _pad: [u32; 2],
 }
 
-/// Largest candidate list ranked and certified on the GPU: ranking by counting costs kc^2
-/// comparisons a row.
+/// Largest candidate list ranked and certified on the GPU: certify.wgsl sorts a row in
+/// workgroup memory (12 bytes a candidate).
 const MAX_CERTIFY_KC: usize = 2048;
+const _: () = assert!(MAX_CERTIFY_KC.is_power_of_two());
+
+/// The entry points of refine.wgsl, by row length (one layout).
+struct RefineKernels {
+    /// One invocation per candidate.
+    narrow: Kernel,
+    /// Eight invocations per candidate, from `GROUPED_ROWS` values a row.
+    grouped: wgpu::ComputePipeline,
+    /// One workgroup per candidate, from `WIDE_ROWS` values a row.
+    wide: wgpu::ComputePipeline,
+}
 
 /// `Params` of refine.wgsl.
 #[repr(C)]
@@ -150,9 +163,8 @@ pub(crate) struct GpuEngine {
     select: Kernel,
     /// `select_rows_per_subgroup`, for merging short candidate lists, where subgroups exist.
     merge_per_subgroup: Option<wgpu::ComputePipeline>,
-    /// Exact float64 keys of the candidates, where the adapter has SHADER_F64: an invocation
-    /// per candidate, and `exact_keys_wide`, a workgroup per candidate for wide rows.
-    refine: Option<(Kernel, wgpu::ComputePipeline)>,
+    /// Exact float64 keys of the candidates, where the adapter has SHADER_F64.
+    refine: Option<RefineKernels>,
     /// Ranking and certificate of each row (`certify.wgsl`), where the adapter has SHADER_F64.
     certify: Option<Kernel>,
     profiler: Option<Profiler>,
@@ -342,10 +354,14 @@ impl GpuEngine {
         if let Some(m) = options.max_workgroups_per_dimension {
             max_groups = max_groups.min(m.max(1));
         }
-        let certify = if ctx.f64 {
+        // certify.wgsl sorts a row's keys and indices in workgroup memory, beside two
+        // 256-entry reductions.
+        let certify_bytes = (MAX_CERTIFY_KC * 12 + 256 * 8) as u32;
+        let certify = if ctx.f64 && certify_bytes <= ctx.limits.max_compute_workgroup_storage_size {
             let slots = [RO, RO, RO, RO, RW, RW, RW];
+            let constants = [("MAX_KC", MAX_CERTIFY_KC as f64)];
             Some(ctx.allocating(|| {
-                kernel(&ctx, "certify", shaders::CERTIFY, "certify_rows", &slots, &[], Checks::Checked)
+                kernel(&ctx, "certify", shaders::CERTIFY, "certify_rows", &slots, &constants, Checks::Checked)
             })?)
         } else {
             None
@@ -355,8 +371,9 @@ impl GpuEngine {
             Some(ctx.allocating(|| {
                 let narrow = kernel(&ctx, "refine", shaders::REFINE, "exact_keys", &slots, &[], Checks::Checked);
                 let module = shader_module(&ctx, "refine", shaders::REFINE, Checks::Checked);
+                let grouped = pipeline(&ctx, "refine grouped", &narrow.layout, &module, "exact_keys_grouped", &[]);
                 let wide = pipeline(&ctx, "refine wide", &narrow.layout, &module, "exact_keys_wide", &[]);
-                (narrow, wide)
+                RefineKernels { narrow, grouped, wide }
             })?)
         } else {
             None
@@ -484,6 +501,7 @@ enum Step {
     SelectRows,
     Merge,
     Refine,
+    RefineGrouped,
     RefineWide,
     Certify,
 }
@@ -547,9 +565,10 @@ pub struct GpuTimes {
     pub select: f64,
     /// Merging each tile's candidates into the running lists.
     pub merge: f64,
-    /// Exact float64 keys of the final candidates (`refine.wgsl`) and, for moderate kc, their
-    /// ranking and certificate (`certify.wgsl`); adapters with SHADER_F64.
+    /// Exact float64 keys of the final candidates (`refine.wgsl`); adapters with SHADER_F64.
     pub refine: f64,
+    /// Ranking by exact keys and the certificate, per row (`certify.wgsl`), for moderate kc.
+    pub certify: f64,
     /// Host time uploading inputs and reading candidates back.
     pub transfers: f64,
     /// GPU time from the first kernel's start to the last kernel's end, summed over
@@ -570,7 +589,8 @@ impl GpuTimes {
             Step::Distance => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
             Step::Merge => self.merge += seconds,
-            Step::Refine | Step::RefineWide | Step::Certify => self.refine += seconds,
+            Step::Refine | Step::RefineGrouped | Step::RefineWide => self.refine += seconds,
+            Step::Certify => self.certify += seconds,
         }
     }
 }
@@ -617,8 +637,9 @@ impl GpuEngine {
                     Step::Distance => &self.distance.pipeline,
                     Step::SelectRows => &self.select.pipeline,
                     Step::Merge => self.merge_per_subgroup.as_ref().unwrap_or(&self.select.pipeline),
-                    Step::Refine => &self.refine.as_ref().expect("only planned with f64").0.pipeline,
-                    Step::RefineWide => &self.refine.as_ref().expect("only planned with f64").1,
+                    Step::Refine => &self.refine.as_ref().expect("only planned with f64").narrow.pipeline,
+                    Step::RefineGrouped => &self.refine.as_ref().expect("only planned with f64").grouped,
+                    Step::RefineWide => &self.refine.as_ref().expect("only planned with f64").wide,
                     Step::Certify => &self.certify.as_ref().expect("only planned with f64").pipeline,
                 };
                 let stamp = timed.filter(|&(_, n)| (i as u32) < n).map(|(p, _)| p);

@@ -5,7 +5,8 @@ use rayon::prelude::*;
 
 use super::{
     bind_group, grid, map_and_read, metric_modes, CertifyParams, DistanceParams, GpuEngine, Job, NormsParams,
-    ParamSlots, PreparedRows, RefineParams, SelectParams, Step, MAX_CERTIFY_KC, PARAM_SLOT, TILE_M, TILE_N, WIDE_ROWS,
+    ParamSlots, PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, TILE_M,
+    TILE_N, WIDE_ROWS,
 };
 use crate::data::MatrixRef;
 use crate::error::Result;
@@ -296,9 +297,10 @@ impl CorpusSession<'_> {
             ids: vec![u32::MAX; lists],
             failed: vec![false; nq],
             shortlisted: 0,
+            // Every query tile overwrites its rows; zeroed pages cost nothing until then.
             ranked: certify.map(|c| BackendRanked {
                 k: c.k,
-                ids: vec![u32::MAX; nq * c.k],
+                ids: vec![0; nq * c.k],
                 keys: vec![0.0; nq * c.k],
                 status: vec![1; nq],
             }),
@@ -494,9 +496,14 @@ impl CorpusSession<'_> {
         }
 
         if let (Some((keys, _)), Some(raw_corpus), Some(refine)) = (&b.exact, &self.raw_corpus, &gpu.refine) {
-            // Rows of a few hundred values and more are read faster by a workgroup each.
-            let wide = d >= WIDE_ROWS;
-            let groups = if wide { rows * kc } else { (rows * kc).div_ceil(64) };
+            // Longer rows are read faster by several invocations each (coalesced loads).
+            let (step, groups) = if d >= WIDE_ROWS {
+                (Step::RefineWide, rows * kc)
+            } else if d >= GROUPED_ROWS {
+                (Step::RefineGrouped, (rows * kc).div_ceil(8))
+            } else {
+                (Step::Refine, (rows * kc).div_ceil(64))
+            };
             let (gx, gy) = grid(groups, gpu.max_groups);
             let mut params = ParamSlots::default();
             let offset = params.push(RefineParams {
@@ -512,9 +519,12 @@ impl CorpusSession<'_> {
                 groups_x: gx,
                 _pad: [0; 3],
             });
-            let bind =
-                bind_group(device, &refine.0.layout, &b.uniform, &[&b.raw_queries, raw_corpus, &b.candidates, keys]);
-            let step = if wide { Step::RefineWide } else { Step::Refine };
+            let bind = bind_group(
+                device,
+                &refine.narrow.layout,
+                &b.uniform,
+                &[&b.raw_queries, raw_corpus, &b.candidates, keys],
+            );
             let mut jobs = vec![Job { step, offset, groups: (gx, gy), bind: &bind }];
             let certify_bind;
             if let (Some(cb), Some(kernel), Some(c)) = (&b.certify, &gpu.certify, certify) {

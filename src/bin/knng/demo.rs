@@ -146,13 +146,14 @@ pub fn bench(a: BenchArgs) -> Outcome {
         ));
         if let Some(g) = stats.gpu {
             say(format!(
-                "  gpu kernels: prepare rows {} | distance {} ({:.1} TFLOP/s) | select {} | merge {} | exact keys {} | transfers {}",
+                "  gpu kernels: prepare rows {} | distance {} ({:.1} TFLOP/s) | select {} | merge {} | exact keys {} | ranking {} | transfers {}",
                 seconds(g.prepare_rows),
                 seconds(g.distance),
                 2.0 * nq as f64 * n as f64 * d as f64 / g.distance.max(1e-12) / 1e12,
                 seconds(g.select),
                 seconds(g.merge),
                 seconds(g.refine),
+                seconds(g.certify),
                 seconds(g.transfers)
             ));
             say(format!(
@@ -170,8 +171,8 @@ fn gpu_json(g: Option<knng::GpuTimes>) -> String {
     match g {
         None => "null".into(),
         Some(g) => format!(
-            "{{\"prepare_rows_s\":{:.6},\"distance_s\":{:.6},\"select_s\":{:.6},\"merge_s\":{:.6},\"refine_s\":{:.6},\"transfers_s\":{:.6},\"span_s\":{:.6},\"submitted_s\":{:.6},\"allocation_s\":{:.6}}}",
-            g.prepare_rows, g.distance, g.select, g.merge, g.refine, g.transfers, g.span, g.submitted, g.allocation
+            "{{\"prepare_rows_s\":{:.6},\"distance_s\":{:.6},\"select_s\":{:.6},\"merge_s\":{:.6},\"refine_s\":{:.6},\"certify_s\":{:.6},\"transfers_s\":{:.6},\"span_s\":{:.6},\"submitted_s\":{:.6},\"allocation_s\":{:.6}}}",
+            g.prepare_rows, g.distance, g.select, g.merge, g.refine, g.certify, g.transfers, g.span, g.submitted, g.allocation
         ),
     }
 }
