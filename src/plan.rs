@@ -39,6 +39,9 @@ pub(crate) struct TilePlan {
     /// Pairs per row of the shortlist of keys under the row's bound (a few times kc: on data
     /// in random order a tile adds about kc / tiles-so-far of them); 0 when there are none.
     pub shortlist_cap: usize,
+    /// Read-back buffers: 2 lets one query tile's results be copied out on the host while the
+    /// next tile runs; 1 under a budget where the second would cost a quarter of the tile.
+    pub read_backs: usize,
 }
 
 /// Largest distance tile width: wide tiles amortise the per-tile merge of candidate lists.
@@ -81,10 +84,11 @@ pub(crate) fn plan_tiles(
     let row = prepared_row_bytes(d);
     let corpus_bytes = if corpus.resident { n as u64 * row } else { 2 * corpus.chunk_rows as u64 * row };
     let free = dev.budget.saturating_sub(corpus_bytes);
-    let query_rows_with = |shortlist_cap: usize| {
+    let query_rows_with = |shortlist_cap: usize, read_backs: usize| {
         let per_query_row = 4 * dist_stride as u64      // distance tile
             + 16 * scratch_stride as u64                 // two auxiliary arrays of (key, index)
-            + 3 * 16 * kc as u64                         // running + tile lists, exact keys, read-back
+            + 2 * 16 * kc as u64                         // running + tile lists, exact keys
+            + read_backs as u64 * 16 * kc as u64         // read-back of lists and keys
             + 8 * shortlist_cap as u64                   // shortlist
             + 2 * row                                    // raw and prepared query
             + 24; // norm, exclusion and bound, shortlist length, failure flag
@@ -106,11 +110,16 @@ pub(crate) fn plan_tiles(
     // are an optimisation: under a budget so tight that they would halve the query tile,
     // every tile is selected densely instead.
     let mut shortlist_cap = (2 * kc + 64).min(scratch_stride - kc);
-    let (mut query_rows, per_query_row) = query_rows_with(shortlist_cap);
-    let (dense_rows, _) = query_rows_with(0);
+    let (mut query_rows, per_query_row) = query_rows_with(shortlist_cap, 1);
+    let (dense_rows, _) = query_rows_with(0, 1);
     if query_rows < dense_rows / 2 || query_rows == 0 {
         shortlist_cap = 0;
         query_rows = dense_rows;
+    }
+    let (overlapped_rows, _) = query_rows_with(shortlist_cap, 2);
+    let read_backs = if overlapped_rows >= query_rows - query_rows / 4 && overlapped_rows > 0 { 2 } else { 1 };
+    if read_backs == 2 {
+        query_rows = overlapped_rows;
     }
     if query_rows == 0 {
         return Err(Error::TooLargeForDevice(format!(
@@ -119,7 +128,7 @@ pub(crate) fn plan_tiles(
             dev.budget, dev.max_binding
         )));
     }
-    Ok(TilePlan { query_rows, column_tile, dist_stride, scratch_stride, shortlist_cap })
+    Ok(TilePlan { query_rows, column_tile, dist_stride, scratch_stride, shortlist_cap, read_backs })
 }
 
 #[cfg(test)]
@@ -158,6 +167,19 @@ mod tests {
             assert!(kc + t.shortlist_cap <= t.scratch_stride);
             assert!(q * t.shortlist_cap as u64 * 8 <= LAVAPIPE.max_binding);
         }
+    }
+
+    #[test]
+    fn a_second_read_back_buffer_only_where_it_costs_little() {
+        let plan = |n: usize, kc: usize, budget: u64| {
+            let dev = DeviceBudget { max_binding: 128 << 20, budget };
+            plan_tiles(n, 70, kc, plan_corpus(n, 70, dev).unwrap(), n, MAX_COLUMN_TILE, dev).unwrap()
+        };
+        assert_eq!(plan(65536, 1250, 1 << 30).read_backs, 2);
+        // The 48 KiB budget of the GPU tests' smallest tiles, after two widenings of k = 20.
+        let tight = plan(300, 300, 48 << 10);
+        assert_eq!(tight.read_backs, 1);
+        assert!(tight.query_rows >= 1);
     }
 
     #[test]

@@ -569,7 +569,8 @@ pub struct GpuTimes {
     pub refine: f64,
     /// Ranking by exact keys and the certificate, per row (`certify.wgsl`), for moderate kc.
     pub certify: f64,
-    /// Host time uploading inputs and reading candidates back.
+    /// Host time uploading inputs and reading candidates back, summed over threads: copies out
+    /// of one query tile's read-back overlap the next tile's kernels.
     pub transfers: f64,
     /// GPU time from the first kernel's start to the last kernel's end, summed over
     /// submissions: kernels plus the gaps between them (barriers, ramp-up and tails).
@@ -698,6 +699,12 @@ fn bind_group(
 
 /// Waits for submitted work, maps `staging` and hands its bytes to `read`.
 fn map_and_read(gpu: &GpuEngine, staging: &wgpu::Buffer, read: impl FnOnce(&[u8])) -> Result<()> {
+    map_ready(gpu, staging)?;
+    read_mapped(staging, read)
+}
+
+/// Maps a buffer for reading, once the GPU work writing it is done.
+fn map_ready(gpu: &GpuEngine, staging: &wgpu::Buffer) -> Result<()> {
     let (tx, rx) = mpsc::channel();
     staging.map_async(wgpu::MapMode::Read, .., move |r| {
         let _ = tx.send(r);
@@ -705,7 +712,11 @@ fn map_and_read(gpu: &GpuEngine, staging: &wgpu::Buffer, read: impl FnOnce(&[u8]
     gpu.ctx.wait()?;
     rx.recv()
         .map_err(|_| Error::Gpu("buffer mapping was abandoned".into()))?
-        .map_err(|e| Error::Gpu(format!("reading results back: {e}")))?;
+        .map_err(|e| Error::Gpu(format!("reading results back: {e}")))
+}
+
+/// Reads a buffer mapped by [`map_ready`], then unmaps it.
+fn read_mapped(staging: &wgpu::Buffer, read: impl FnOnce(&[u8])) -> Result<()> {
     {
         let view = staging.get_mapped_range(..).map_err(|e| Error::Gpu(format!("reading results back: {e:?}")))?;
         read(&view);

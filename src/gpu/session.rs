@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use super::{
-    bind_group, grid, map_and_read, metric_modes, CertifyParams, DistanceParams, GpuEngine, Job, NormsParams,
+    bind_group, grid, map_ready, metric_modes, read_mapped, CertifyParams, DistanceParams, GpuEngine, Job, NormsParams,
     ParamSlots, PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, TILE_M,
     TILE_N, WIDE_ROWS,
 };
@@ -102,8 +102,10 @@ pub(super) struct TileBuffers {
     shortlist_len: wgpu::Buffer,
     shortlist: wgpu::Buffer,
     uniform: wgpu::Buffer,
-    /// Read-back of the running lists, then (at `flags_at`) the failure flags.
-    staging: wgpu::Buffer,
+    /// Read-back of the running lists, then (at `flags_at`) the failure flags; two where the
+    /// budget allows (`TilePlan::read_backs`), so that one query tile's results are copied out
+    /// on the host while the next tile runs.
+    staging: Vec<wgpu::Buffer>,
     flags_at: u64,
     /// Exact keys of the candidates (with GPU re-ranking), and where they go in `staging`.
     exact: Option<(wgpu::Buffer, u64)>,
@@ -137,6 +139,8 @@ impl TileBuffers {
         let candidate_staging =
             (q * kc * 8 + q * 4).next_multiple_of(8) as u64 + if gpu_exact { (q * kc * 8) as u64 } else { 0 };
         let staging_bytes = candidate_staging.max(certify.as_ref().map_or(0, |c| c.flags_at + (q * 4) as u64));
+        let read_back =
+            || gpu.buffer("read-back", staging_bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
         Ok(TileBuffers {
             certify,
             raw_queries: gpu.buffer("queries", (q * d * 4) as u64, storage | copy)?,
@@ -159,11 +163,7 @@ impl TileBuffers {
                 (1 + 3 * column_tiles as u64) * PARAM_SLOT,
                 wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             )?,
-            staging: gpu.buffer(
-                "read-back",
-                staging_bytes,
-                wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            )?,
+            staging: (0..tiles.read_backs).map(|_| read_back()).collect::<Result<_>>()?,
             flags_at: (q * kc * 8) as u64,
             exact: if gpu_exact {
                 let keys = gpu.buffer("exact keys", (q * kc * 8) as u64, storage | copy)?;
@@ -290,7 +290,7 @@ impl CorpusSession<'_> {
         };
         // Ranked rows need only k answers each on the host.
         let lists = if certify.is_some() { 0 } else { nq * kc };
-        let mut out = Candidates {
+        let out = Candidates {
             exact: (gpu_exact && certify.is_none()).then(|| vec![0.0; lists]),
             kc,
             keys: vec![f32::INFINITY; lists],
@@ -313,12 +313,46 @@ impl CorpusSession<'_> {
         let from_corpus = self.plan.resident
             && queries.rows() == self.corpus.rows()
             && std::ptr::eq(queries.as_slice().as_ptr(), self.corpus.as_slice().as_ptr());
-        for q0 in (0..nq).step_by(q) {
-            let rows = q.min(nq - q0);
-            let tile = QueryTile { q0, rows, from_corpus };
-            self.query_tile(queries, tile, &exclude[q0..q0 + rows], kc, certify, tiles, &buffers, &mut out)?;
-            report(q0 + rows);
-        }
+        // Each tile's results are copied out of mapped memory on other threads while the next
+        // tile runs on the GPU; two staging buffers alternate (with one, each copy is awaited).
+        // The reader owns `out` until it is joined.
+        let out = std::thread::scope(|scope| -> Result<Candidates> {
+            let mut out = Some(out);
+            let mut reading: Option<std::thread::ScopedJoinHandle<'_, Result<(usize, Candidates)>>> = None;
+            for (t, q0) in (0..nq).step_by(q).enumerate() {
+                let rows = q.min(nq - q0);
+                let tile = QueryTile { q0, rows, from_corpus };
+                let staging = &buffers.staging[t % buffers.staging.len()];
+                let read =
+                    self.query_tile(queries, tile, &exclude[q0..q0 + rows], kc, certify, tiles, &buffers, staging);
+                // The previous tile's reader finishes first, also when this tile failed.
+                if let Some(reader) = reading.take() {
+                    let (done, candidates) = join(reader)?;
+                    report(done);
+                    out = Some(candidates);
+                }
+                let read = read?;
+                let mut candidates = out.take().expect("no reader holds the candidates");
+                let b = &buffers;
+                let reader = scope.spawn(move || {
+                    read.copy_out(gpu, b, staging, &mut candidates)?;
+                    Ok((q0 + rows, candidates))
+                });
+                if buffers.staging.len() > 1 {
+                    reading = Some(reader);
+                } else {
+                    let (done, candidates) = join(reader)?;
+                    report(done);
+                    out = Some(candidates);
+                }
+            }
+            if let Some(reader) = reading.take() {
+                let (done, candidates) = join(reader)?;
+                report(done);
+                out = Some(candidates);
+            }
+            Ok(out.expect("the last reader returned the candidates"))
+        })?;
         *gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, buffers));
         Ok(out)
     }
@@ -333,8 +367,8 @@ impl CorpusSession<'_> {
         certify: Option<&Certify<'_>>,
         tiles: TilePlan,
         b: &TileBuffers,
-        out: &mut Candidates,
-    ) -> Result<()> {
+        staging: &wgpu::Buffer,
+    ) -> Result<TileRead> {
         let gpu = self.gpu;
         let device = &gpu.ctx.device;
         let d = queries.cols();
@@ -551,68 +585,93 @@ impl CorpusSession<'_> {
             gpu.submit(device.create_command_encoder(&Default::default()), &jobs)?;
         }
 
-        if let (Some(cb), Some(ranked)) = (&b.certify, out.ranked.as_mut()) {
-            // Only the ranked answers, the certificates and the failure flags come back.
-            let started = std::time::Instant::now();
-            let k = cb.k;
-            let mut encoder = device.create_command_encoder(&Default::default());
-            encoder.copy_buffer_to_buffer(&cb.ids, 0, &b.staging, 0, (rows * k * 4) as u64);
-            encoder.copy_buffer_to_buffer(&cb.keys, 0, &b.staging, cb.keys_at, (rows * k * 8) as u64);
-            encoder.copy_buffer_to_buffer(&cb.status, 0, &b.staging, cb.status_at, (rows * 4) as u64);
-            encoder.copy_buffer_to_buffer(&b.failed, 0, &b.staging, cb.flags_at, (rows * 4) as u64);
-            gpu.ctx.queue.submit([encoder.finish()]);
-            map_and_read(gpu, &b.staging, |bytes| {
-                let at = |offset: u64, len: usize| &bytes[offset as usize..offset as usize + len];
-                parallel_copy(&mut ranked.ids[q0 * k..(q0 + rows) * k], bytemuck::cast_slice(at(0, rows * k * 4)));
-                parallel_copy(
-                    &mut ranked.keys[q0 * k..(q0 + rows) * k],
-                    bytemuck::cast_slice(at(cb.keys_at, rows * k * 8)),
-                );
-                ranked.status[q0..q0 + rows].copy_from_slice(bytemuck::cast_slice(at(cb.status_at, rows * 4)));
-                let flags: &[u32] = bytemuck::cast_slice(at(cb.flags_at, rows * 4));
-                for (failed, &flag) in out.failed[q0..q0 + rows].iter_mut().zip(flags) {
-                    *failed = flag & 1 != 0;
-                    out.shortlisted += (flag >> 1 & 1) as usize;
-                }
-            })?;
-            gpu.add_transfer_time(started);
-            return Ok(());
-        }
-
-        // One copy of the running lists, the failure flags and the exact keys into the
-        // staging buffer.
         let started = std::time::Instant::now();
-        let pair_bytes = (rows * kc * 8) as u64;
         let mut encoder = device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(&b.candidates, 0, &b.staging, 0, pair_bytes);
-        encoder.copy_buffer_to_buffer(&b.failed, 0, &b.staging, b.flags_at, (rows * 4) as u64);
-        if let Some((keys, at)) = &b.exact {
-            encoder.copy_buffer_to_buffer(keys, 0, &b.staging, *at, pair_bytes);
-        }
+        let read = if let (Some(cb), true) = (&b.certify, certify.is_some()) {
+            // Only the ranked answers, the certificates and the failure flags come back.
+            let k = cb.k;
+            encoder.copy_buffer_to_buffer(&cb.ids, 0, staging, 0, (rows * k * 4) as u64);
+            encoder.copy_buffer_to_buffer(&cb.keys, 0, staging, cb.keys_at, (rows * k * 8) as u64);
+            encoder.copy_buffer_to_buffer(&cb.status, 0, staging, cb.status_at, (rows * 4) as u64);
+            encoder.copy_buffer_to_buffer(&b.failed, 0, staging, cb.flags_at, (rows * 4) as u64);
+            TileRead { q0, rows, kc, ranked: true }
+        } else {
+            // The running lists, the failure flags and the exact keys.
+            let pair_bytes = (rows * kc * 8) as u64;
+            encoder.copy_buffer_to_buffer(&b.candidates, 0, staging, 0, pair_bytes);
+            encoder.copy_buffer_to_buffer(&b.failed, 0, staging, b.flags_at, (rows * 4) as u64);
+            if let Some((keys, at)) = &b.exact {
+                encoder.copy_buffer_to_buffer(keys, 0, staging, *at, pair_bytes);
+            }
+            TileRead { q0, rows, kc, ranked: false }
+        };
         gpu.ctx.queue.submit([encoder.finish()]);
-        map_and_read(gpu, &b.staging, |bytes| {
-            let pairs: &[[u32; 2]] = bytemuck::cast_slice(&bytes[..pair_bytes as usize]);
-            let flags: &[u32] = bytemuck::cast_slice(&bytes[b.flags_at as usize..b.flags_at as usize + rows * 4]);
-            let keys = &mut out.keys[q0 * kc..(q0 + rows) * kc];
-            let ids = &mut out.ids[q0 * kc..(q0 + rows) * kc];
-            // Mapped memory is uncached on some systems: unpack it once, on every core.
-            pairs.par_iter().zip(keys.par_iter_mut()).zip(ids.par_iter_mut()).for_each(|((pair, key), id)| {
-                *key = f32::from_bits(pair[0]);
-                *id = pair[1];
-            });
+        map_ready(gpu, staging)?;
+        gpu.add_transfer_time(started);
+        Ok(read)
+    }
+}
+
+/// A query tile's results in a mapped staging buffer, to be copied into the candidates.
+struct TileRead {
+    q0: usize,
+    rows: usize,
+    kc: usize,
+    /// Ranked answers (`CertifyBuffers`), else running lists and exact keys.
+    ranked: bool,
+}
+
+impl TileRead {
+    /// Copies the tile's results out of `staging` and unmaps it.
+    fn copy_out(&self, gpu: &GpuEngine, b: &TileBuffers, staging: &wgpu::Buffer, out: &mut Candidates) -> Result<()> {
+        let started = std::time::Instant::now();
+        let TileRead { q0, rows, kc, ranked } = *self;
+        read_mapped(staging, |bytes| {
+            let at = |offset: u64, len: usize| &bytes[offset as usize..offset as usize + len];
+            let flags_at = match (&b.certify, out.ranked.as_mut()) {
+                (Some(cb), Some(answers)) if ranked => {
+                    let k = cb.k;
+                    parallel_copy(&mut answers.ids[q0 * k..(q0 + rows) * k], bytemuck::cast_slice(at(0, rows * k * 4)));
+                    parallel_copy(
+                        &mut answers.keys[q0 * k..(q0 + rows) * k],
+                        bytemuck::cast_slice(at(cb.keys_at, rows * k * 8)),
+                    );
+                    answers.status[q0..q0 + rows].copy_from_slice(bytemuck::cast_slice(at(cb.status_at, rows * 4)));
+                    cb.flags_at
+                }
+                _ => {
+                    let pairs: &[[u32; 2]] = bytemuck::cast_slice(at(0, rows * kc * 8));
+                    let keys = &mut out.keys[q0 * kc..(q0 + rows) * kc];
+                    let ids = &mut out.ids[q0 * kc..(q0 + rows) * kc];
+                    // Mapped memory is uncached on some systems: unpack it once, on every core.
+                    pairs.par_iter().zip(keys.par_iter_mut()).zip(ids.par_iter_mut()).for_each(|((pair, key), id)| {
+                        *key = f32::from_bits(pair[0]);
+                        *id = pair[1];
+                    });
+                    if let (Some((_, keys_at)), Some(exact)) = (&b.exact, out.exact.as_mut()) {
+                        parallel_copy(
+                            &mut exact[q0 * kc..(q0 + rows) * kc],
+                            bytemuck::cast_slice(at(*keys_at, rows * kc * 8)),
+                        );
+                    }
+                    b.flags_at
+                }
+            };
             // Bit 0: unfinished; bit 1: took a shortlist.
+            let flags: &[u32] = bytemuck::cast_slice(at(flags_at, rows * 4));
             for (failed, &flag) in out.failed[q0..q0 + rows].iter_mut().zip(flags) {
                 *failed = flag & 1 != 0;
                 out.shortlisted += (flag >> 1 & 1) as usize;
-            }
-            if let (Some((_, at)), Some(exact)) = (&b.exact, out.exact.as_mut()) {
-                let keys: &[f64] = bytemuck::cast_slice(&bytes[*at as usize..*at as usize + pair_bytes as usize]);
-                parallel_copy(&mut exact[q0 * kc..(q0 + rows) * kc], keys);
             }
         })?;
         gpu.add_transfer_time(started);
         Ok(())
     }
+}
+
+/// Waits for a query tile's reader thread.
+fn join<T>(reader: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
+    reader.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// Copies out of mapped memory on every core: a single core reads uncached mapped memory at a
