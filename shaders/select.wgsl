@@ -6,7 +6,7 @@
 // counter per side (`append_slots`): no barrier or scan inside a pass, and no work at all for
 // the many elements a pass drops. (Reserving a subgroup's slots with one atomic add, ranking
 // the lanes by ballot and popcount, measured 3x slower: that work is done for every element.)
-// The entry point `select_rows` is declared by rank_subgroup.wgsl or rank_workgroup.wgsl,
+// The entry point `select_rows` is declared by select_entry_subgroup.wgsl or select_entry_workgroup.wgsl,
 // whichever the host appends.
 //
 // Passes (the whole loop runs on the GPU, no host round trip):

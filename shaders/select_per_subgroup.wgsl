@@ -1,6 +1,6 @@
 // Quick multi-select with one subgroup per row, for short rows (merging two candidate lists of
 // a few dozen to a few hundred pairs), where a whole workgroup per row would leave most of its
-// invocations idle. Appended after select.wgsl and rank_subgroup.wgsl, whose bindings and
+// invocations idle. Appended after select.wgsl and select_entry_subgroup.wgsl, whose bindings and
 // helpers it shares; only built for adapters with subgroups.
 //
 // Ranks come from the ballot alone: no workgroup scan. The rows of a workgroup advance in

@@ -242,7 +242,8 @@ impl Knn {
         let d = corpus.cols();
         let shift = prepare::shift(corpus, metric);
         let corpus_stats = prepare::row_stats(corpus, &shift, metric);
-        // A graph's queries are its corpus: one float64 pass serves both.
+        // A graph's queries are its corpus: one float64 pass serves both, and the GPU copies
+        // the prepared corpus rows instead of preparing them again.
         let same_rows = queries.rows() == corpus.rows() && std::ptr::eq(queries.as_slice(), corpus.as_slice());
         let query_stats = if same_rows { corpus_stats.clone() } else { prepare::row_stats(queries, &shift, metric) };
         let corpus_max = corpus_stats.max();
@@ -292,7 +293,8 @@ impl Knn {
                     let error_bounds: Vec<f64> = pending.par_iter().map(|&i| error_bound(i)).collect();
                     let certify =
                         Certify { k, error_bounds: &error_bounds, floor_zero: metric != Metric::InnerProduct };
-                    retry_smaller(g, || s.candidates(q_view, ex_view, kc, Some(&certify), &report))?
+                    let all_rows = same_rows && pending.len() == nq;
+                    retry_smaller(g, || s.candidates(q_view, all_rows, ex_view, kc, Some(&certify), &report))?
                 }
             };
             stats.candidate_seconds += clock.elapsed().as_secs_f64();

@@ -254,10 +254,12 @@ impl CorpusSession<'_> {
         }
     }
 
-    /// The kc best fp32 candidates of every query, tile by tile.
+    /// The kc best fp32 candidates of every query, tile by tile. `queries_are_corpus`: the
+    /// queries are the corpus rows themselves, in order (a graph's first round).
     pub fn candidates(
         &mut self,
         queries: MatrixRef<'_>,
+        queries_are_corpus: bool,
         exclude: &[u32],
         kc: usize,
         certify: Option<&Certify<'_>>,
@@ -310,9 +312,7 @@ impl CorpusSession<'_> {
         }
         // A graph's queries are the resident corpus rows: copied on the GPU, not uploaded and
         // prepared again.
-        let from_corpus = self.plan.resident
-            && queries.rows() == self.corpus.rows()
-            && std::ptr::eq(queries.as_slice().as_ptr(), self.corpus.as_slice().as_ptr());
+        let from_corpus = self.plan.resident && queries_are_corpus;
         // Each tile's results are copied out of mapped memory on other threads while the next
         // tile runs on the GPU; two staging buffers alternate (with one, each copy is awaited).
         // The reader owns `out` until it is joined.

@@ -6,24 +6,24 @@ pub const NORMS: &str = include_str!("../../shaders/norms.wgsl");
 const DISTANCE: &str = include_str!("../../shaders/distance.wgsl");
 /// Quick multi-select, without its entry point (`shaders/select.wgsl`).
 const SELECT: &str = include_str!("../../shaders/select.wgsl");
-/// Ballot helpers and the `select_rows` entry point with subgroups (`shaders/rank_subgroup.wgsl`).
-const RANK_SUBGROUP: &str = include_str!("../../shaders/rank_subgroup.wgsl");
+/// Ballot helpers and the `select_rows` entry point with subgroups (`shaders/select_entry_subgroup.wgsl`).
+const SELECT_ENTRY_SUBGROUP: &str = include_str!("../../shaders/select_entry_subgroup.wgsl");
 /// Exact float64 keys of the candidates (`shaders/refine.wgsl`); needs SHADER_F64.
 pub const REFINE: &str = include_str!("../../shaders/refine.wgsl");
 /// Ranking by exact keys and the certificate, per row (`shaders/certify.wgsl`); needs SHADER_F64.
 pub const CERTIFY: &str = include_str!("../../shaders/certify.wgsl");
 /// One subgroup per row, for short rows (`shaders/select_per_subgroup.wgsl`).
 const SELECT_PER_SUBGROUP: &str = include_str!("../../shaders/select_per_subgroup.wgsl");
-/// The `select_rows` entry point without subgroups (`shaders/rank_workgroup.wgsl`).
-const RANK_WORKGROUP: &str = include_str!("../../shaders/rank_workgroup.wgsl");
+/// The `select_rows` entry point without subgroups (`shaders/select_entry_workgroup.wgsl`).
+const SELECT_ENTRY_WORKGROUP: &str = include_str!("../../shaders/select_entry_workgroup.wgsl");
 
 /// The select shader with the entry point the adapter supports. With subgroups it also
 /// has the one-subgroup-per-row entry point `select_rows_per_subgroup`.
 pub fn select(subgroups: bool) -> String {
     if subgroups {
-        format!("{SELECT}\n{RANK_SUBGROUP}\n{SELECT_PER_SUBGROUP}")
+        format!("{SELECT}\n{SELECT_ENTRY_SUBGROUP}\n{SELECT_PER_SUBGROUP}")
     } else {
-        format!("{SELECT}\n{RANK_WORKGROUP}")
+        format!("{SELECT}\n{SELECT_ENTRY_WORKGROUP}")
     }
 }
 

@@ -1,5 +1,5 @@
 // The `select_rows` entry point for adapters without subgroup operations. Appended to
-// select.wgsl in place of rank_subgroup.wgsl.
+// select.wgsl in place of select_entry_subgroup.wgsl.
 
 @compute @workgroup_size(256)
 fn select_rows(
