@@ -37,7 +37,7 @@
 struct Params {
     rows: u32,           // rows in this dispatch
     len: u32,            // input elements per row
-    in_stride: u32,      // dense input: its row stride; pairs input: where the second list starts
+    in_stride: u32,      // dense input: its row stride (a multiple of 4); pairs input: where the second list starts
     col_base: u32,       // global index of a dense row's first element
     need: u32,           // how many to select
     scratch_stride: u32, // row stride of the auxiliary arrays (>= len)
@@ -65,7 +65,8 @@ const SPLIT: u32 = 3u;
 const SAMPLES: u32 = 64u;
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> dense_in: array<f32>;
+// Dense input rows start at whole vec4s (`in_stride` is a multiple of 4).
+@group(0) @binding(1) var<storage, read> dense_in: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> aux_a: array<vec2<u32>>;
 @group(0) @binding(3) var<storage, read_write> aux_b: array<vec2<u32>>;
 @group(0) @binding(4) var<storage, read_write> out: array<vec2<u32>>;
@@ -102,7 +103,8 @@ fn load_pair(src: u32, row: u32, i: u32) -> vec2<u32> {
         return aux_b[row * params.scratch_stride + i];
     }
     if (params.dense == 1u) {
-        return vec2<u32>(bitcast<u32>(dense_in[row * params.in_stride + i]), params.col_base + i);
+        let at = row * params.in_stride + i;
+        return vec2<u32>(bitcast<u32>(dense_in[at / 4u][at % 4u]), params.col_base + i);
     }
     // Merging: the running list (row's slot of the first region), then the tile's list (row's
     // slot of the region that starts at in_stride), `need` pairs each.
@@ -211,6 +213,31 @@ fn append_slots(a: bool, b: bool) -> vec2<u32> {
     return r;
 }
 
+// Sends element `e` of the current segment (`start`, `len`) to its side for a pass of `kind`
+// around `pivot`: `a` elements packed from the left of the destination, `b` from the right.
+fn place(kind: u32, pivot: f32, e: vec2<u32>, valid: bool, dst: u32, row: u32, start: u32, len: u32) {
+    let v = bitcast<f32>(e.x);
+    var a = v < pivot;
+    var b = v == pivot;
+    if (kind == PARTITION) {
+        a = v <= pivot;
+        b = v > pivot;
+    } else if (kind == SPLIT) {
+        b = v > pivot || b;
+    } else if (kind == THRESHOLD) {
+        b = false;
+    }
+    a = a && valid;
+    b = b && valid;
+    let r = append_slots(a, b);
+    if (a) {
+        store_pair(dst, row, start + r.x, e);
+    }
+    if (b) {
+        store_pair(dst, row, start + len - 1u - r.y, e);
+    }
+}
+
 // Input length of a row; for a merge with shortlists, also decides where its second list is.
 fn row_length(row: u32) -> u32 {
     from_shortlist = false;
@@ -309,33 +336,31 @@ fn select_row(lid: u32, wid: vec3<u32>) {
         let pivot = bitcast<f32>(workgroupUniformLoad(&pivot_bits));
         let dst = select(SRC_A, SRC_B, src == SRC_A);
 
-        // `a` elements are packed from the left, `b` elements from the right end.
-        for (var base = 0u; base < len; base += WG) {
-            let i = base + lid;
-            let valid = i < len;
-            var e = vec2<u32>(INF_BITS, NONE);
-            if (valid) {
-                e = load_pair(src, row, start + i);
+        if (src == SRC_INPUT && params.dense == 1u && start % 4u == 0u) {
+            // A dense row (the first pass over a distance tile reads every key): four
+            // neighbouring keys per invocation and load, so that each load moves 16 bytes and
+            // four times as many bytes are in flight as with one key per load.
+            let first = (row * params.in_stride + start) / 4u;
+            let col = params.col_base + start;
+            for (var base = 0u; base < len; base += 4u * WG) {
+                let i = base + 4u * lid;
+                if (i < len) {
+                    let keys = dense_in[first + i / 4u];
+                    place(kind, pivot, vec2<u32>(bitcast<u32>(keys.x), col + i), true, dst, row, start, len);
+                    place(kind, pivot, vec2<u32>(bitcast<u32>(keys.y), col + i + 1u), i + 1u < len, dst, row, start, len);
+                    place(kind, pivot, vec2<u32>(bitcast<u32>(keys.z), col + i + 2u), i + 2u < len, dst, row, start, len);
+                    place(kind, pivot, vec2<u32>(bitcast<u32>(keys.w), col + i + 3u), i + 3u < len, dst, row, start, len);
+                }
             }
-            let v = bitcast<f32>(e.x);
-            var a = v < pivot;
-            var b = v == pivot;
-            if (kind == PARTITION) {
-                a = v <= pivot;
-                b = v > pivot;
-            } else if (kind == SPLIT) {
-                b = v > pivot || b;
-            } else if (kind == THRESHOLD) {
-                b = false;
-            }
-            a = a && valid;
-            b = b && valid;
-            let r = append_slots(a, b);
-            if (a) {
-                store_pair(dst, row, start + r.x, e);
-            }
-            if (b) {
-                store_pair(dst, row, start + len - 1u - r.y, e);
+        } else {
+            for (var base = 0u; base < len; base += WG) {
+                let i = base + lid;
+                let valid = i < len;
+                var e = vec2<u32>(INF_BITS, NONE);
+                if (valid) {
+                    e = load_pair(src, row, start + i);
+                }
+                place(kind, pivot, e, valid, dst, row, start, len);
             }
         }
         storageBarrier();
