@@ -31,20 +31,15 @@ const NONE: u32 = 0xffffffffu;
 @group(0) @binding(3) var<storage, read> candidates: array<vec2<u32>>;
 @group(0) @binding(4) var<storage, read_write> keys: array<f64>;
 
-fn mean(base: u32) -> f64 {
-    var s: f64 = 0.0lf;
-    for (var j = 0u; j < params.dim; j++) {
-        s += f64(queries[base + j]);
+// Sums of the query row at `qb` and of the corpus row at `cb` over j = first, first + step, ...,
+// for correlation's centring.
+fn partial_row_sums(qb: u32, cb: u32, first: u32, step: u32) -> vec4<f64> {
+    var s = vec4<f64>(0.0lf);
+    for (var j = first; j < params.dim; j += step) {
+        s.x += f64(queries[qb + j]);
+        s.y += f64(corpus[cb + j]);
     }
-    return s / f64(params.dim);
-}
-
-fn corpus_mean(base: u32) -> f64 {
-    var s: f64 = 0.0lf;
-    for (var j = 0u; j < params.dim; j++) {
-        s += f64(corpus[base + j]);
-    }
-    return s / f64(params.dim);
+    return s;
 }
 
 // Sums over the dimensions j = first, first + step, ... of the query row at `qb` and the corpus
@@ -101,8 +96,9 @@ fn exact_keys(@builtin(global_invocation_id) gid: vec3<u32>) {
     var mx: f64 = 0.0lf;
     var my: f64 = 0.0lf;
     if (params.mode == 2u) {
-        mx = mean(qb);
-        my = corpus_mean(cb);
+        let s = partial_row_sums(qb, cb, 0u, 1u);
+        mx = s.x / f64(params.dim);
+        my = s.y / f64(params.dim);
     }
     keys[t] = key_of(partial_sums(qb, cb, 0u, 1u, mx, my));
 }
@@ -114,16 +110,18 @@ fn exact_keys(@builtin(global_invocation_id) gid: vec3<u32>) {
 var<workgroup> partial: array<vec4<f64>, WG>;
 var<workgroup> candidate_id: u32;
 
-fn workgroup_sum(v: vec4<f64>, lid: u32) -> vec4<f64> {
+// Sums `v` over groups of `width` neighbouring invocations (a power of two up to WG); every
+// invocation gets its group's total.
+fn group_sum(v: vec4<f64>, lid: u32, width: u32) -> vec4<f64> {
     partial[lid] = v;
     workgroupBarrier();
-    for (var step = WG / 2u; step > 0u; step /= 2u) {
-        if (lid < step) {
+    for (var step = width / 2u; step > 0u; step /= 2u) {
+        if (lid % width < step) {
             partial[lid] += partial[lid + step];
         }
         workgroupBarrier();
     }
-    let total = partial[0];
+    let total = partial[lid - lid % width];
     workgroupBarrier();
     return total;
 }
@@ -152,17 +150,11 @@ fn exact_keys_wide(
     var mx: f64 = 0.0lf;
     var my: f64 = 0.0lf;
     if (params.mode == 2u) {
-        var sx: f64 = 0.0lf;
-        var sy: f64 = 0.0lf;
-        for (var j = lid; j < params.dim; j += WG) {
-            sx += f64(queries[qb + j]);
-            sy += f64(corpus[cb + j]);
-        }
-        let s = workgroup_sum(vec4<f64>(sx, sy, 0.0lf, 0.0lf), lid);
+        let s = group_sum(partial_row_sums(qb, cb, lid, WG), lid, WG);
         mx = s.x / f64(params.dim);
         my = s.y / f64(params.dim);
     }
-    let s = workgroup_sum(partial_sums(qb, cb, lid, WG, mx, my), lid);
+    let s = group_sum(partial_sums(qb, cb, lid, WG, mx, my), lid, WG);
     if (lid == 0u) {
         keys[t] = key_of(s);
     }
@@ -173,21 +165,6 @@ fn exact_keys_wide(
 // from rows far apart; a group reads GROUP neighbouring values of the row at a time.
 
 const GROUP: u32 = 8u;
-
-// Sums `v` over the invocation's group; every group's total lands in its first invocation.
-fn group_sum(v: vec4<f64>, lid: u32) -> vec4<f64> {
-    partial[lid] = v;
-    workgroupBarrier();
-    for (var step = GROUP / 2u; step > 0u; step /= 2u) {
-        if (lid % GROUP < step) {
-            partial[lid] += partial[lid + step];
-        }
-        workgroupBarrier();
-    }
-    let total = partial[lid - lid % GROUP];
-    workgroupBarrier();
-    return total;
-}
 
 @compute @workgroup_size(64)
 fn exact_keys_grouped(
@@ -207,15 +184,11 @@ fn exact_keys_grouped(
     var mx: f64 = 0.0lf;
     var my: f64 = 0.0lf;
     if (params.mode == 2u) {
-        var sx: f64 = 0.0lf;
-        var sy: f64 = 0.0lf;
+        var sums = vec4<f64>(0.0lf);
         if (live) {
-            for (var j = lane; j < params.dim; j += GROUP) {
-                sx += f64(queries[qb + j]);
-                sy += f64(corpus[cb + j]);
-            }
+            sums = partial_row_sums(qb, cb, lane, GROUP);
         }
-        let s = group_sum(vec4<f64>(sx, sy, 0.0lf, 0.0lf), lid);
+        let s = group_sum(sums, lid, GROUP);
         mx = s.x / f64(params.dim);
         my = s.y / f64(params.dim);
     }
@@ -223,7 +196,7 @@ fn exact_keys_grouped(
     if (live) {
         sums = partial_sums(qb, cb, lane, GROUP, mx, my);
     }
-    let s = group_sum(sums, lid);
+    let s = group_sum(sums, lid, GROUP);
     if (lane == 0u && t < params.rows * params.kc) {
         keys[t] = select(0.0lf, key_of(s), live);
     }
