@@ -172,6 +172,17 @@ impl Knn {
         }
     }
 
+    /// Times the GPU distance kernel alone: euclidean keys of `rows` uniform random query rows
+    /// against `cols` corpus rows of dimension `d`: (wall seconds, GPU times with
+    /// [`Options::profile`]). For `knng bench --what distance`; an error on the CPU backend.
+    #[doc(hidden)]
+    pub fn bench_distance(&self, rows: usize, cols: usize, d: usize) -> Result<(f64, Option<GpuTimes>)> {
+        match &self.engine {
+            Engine::Gpu(g) => g.bench_distance(rows, cols, d, 1),
+            Engine::Cpu(_) => Err(Error::arg("backend", "the distance-only benchmark needs a GPU backend")),
+        }
+    }
+
     /// True when a GPU adapter does the distance and selection work.
     pub fn is_gpu(&self) -> bool {
         matches!(self.engine, Engine::Gpu(_))

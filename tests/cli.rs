@@ -515,3 +515,32 @@ fn bench_select_runs_on_the_gpu_and_checks_itself() {
     }
     fails(&["bench", "--what", "select", "--rows", "4", "--cols", "10", "-k", "3", "--backend", "cpu"], 1, &["GPU"]);
 }
+
+/// The distance-only benchmark runs the GPU kernel and checks a row of its keys against
+/// float64 before reporting TFLOP/s.
+#[test]
+fn bench_distance_runs_on_the_gpu_and_checks_itself() {
+    let out = knng(&[
+        "bench",
+        "--what",
+        "distance",
+        "--rows",
+        "200",
+        "--cols",
+        "700",
+        "--d",
+        "37",
+        "--backend",
+        "gpu",
+        "--json",
+        "--profile",
+    ]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{said}{}", text(&out.stderr));
+    for key in ["\"what\":\"distance\"", "\"rows\":200", "\"cols\":700", "\"d\":37", "\"backend\":\"gpu", "\"tflops\":"]
+    {
+        assert!(said.contains(key), "{key} not in {said}");
+    }
+    assert!(!said.contains("\"gpu_s\":null"), "profiling gives the kernel's time: {said}");
+    fails(&["bench", "--what", "distance", "--rows", "4", "--cols", "10", "--backend", "cpu"], 1, &["GPU"]);
+}

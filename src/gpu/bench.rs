@@ -1,7 +1,23 @@
-//! `knng bench --what select`: the selection kernel alone.
+//! `knng bench --what select` and `--what distance`: one kernel alone.
 
-use super::{bind_group, grid, read_back, GpuEngine, GpuTimes, Job, ParamSlots, SelectParams, Step};
+use super::{
+    bind_group, grid, read_back, DistanceParams, GpuEngine, GpuTimes, Job, ParamSlots, SelectParams, Step, TILE_M,
+    TILE_N,
+};
 use crate::error::{Error, Result};
+
+/// `n` seeded uniform values in [0, 1) (xorshift: benchmarks need data, not statistics).
+fn uniform(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect()
+}
 
 impl GpuEngine {
     /// Times `select_rows` alone: the `k` smallest of each of `rows` rows of `cols` uniform
@@ -20,15 +36,7 @@ impl GpuEngine {
             return Err(Error::TooLargeForDevice(format!("a row of {cols} keys does not fit one binding")));
         }
         let storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
-        let mut state = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
-        let keys: Vec<f32> = (0..tile_rows * stride)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state >> 40) as f32 / (1u64 << 24) as f32
-            })
-            .collect();
+        let keys = uniform(tile_rows * stride, seed);
         let dist = self.buffer("keys", (tile_rows * stride * 4) as u64, storage)?;
         self.ctx.queue.write_buffer(&dist, 0, bytemuck::cast_slice(&keys));
         let aux_a = self.buffer("aux a", tile_rows as u64 * row_bytes, storage)?;
@@ -95,6 +103,99 @@ impl GpuEngine {
         }
         if got != want[..k] {
             return Err(Error::Gpu("select-only benchmark: the selection differs from a host sort".into()));
+        }
+        Ok((wall, self.take_profile()))
+    }
+
+    /// Times `distance_tile` alone: the euclidean keys of `rows` query rows against `cols`
+    /// corpus rows of dimension `d` (uniform random, prepared on the host), in column tiles
+    /// that fit one binding, after one untimed warm-up tile, all in one submission. Returns
+    /// (wall seconds of the timed submission, GPU times from timestamps when profiling).
+    pub fn bench_distance(&self, rows: usize, cols: usize, d: usize, seed: u64) -> Result<(f64, Option<GpuTimes>)> {
+        let dim4 = d.div_ceil(4);
+        let prepared = |n: usize, seed: u64| {
+            let mut v = uniform(n * dim4 * 4, seed);
+            // Padding beyond d is zero, as the norms kernel leaves it.
+            for row in v.chunks_mut(dim4 * 4) {
+                row[d..].fill(0.0);
+            }
+            let norms: Vec<f32> = v.chunks(dim4 * 4).map(|r| r.iter().map(|x| x * x).sum()).collect();
+            (v, norms)
+        };
+        let (q, q_norms) = prepared(rows, seed);
+        let (c, c_norms) = prepared(cols, seed.wrapping_add(1));
+        let row_bytes = (dim4 * 16) as u64;
+        if rows as u64 * row_bytes > self.max_binding || cols as u64 * row_bytes > self.max_binding {
+            return Err(Error::TooLargeForDevice(format!(
+                "{rows} x {d} queries or {cols} x {d} corpus rows do not fit one binding"
+            )));
+        }
+        // Equal column tiles of whole workgroup tiles, each under one binding.
+        let max_cols = (self.max_binding / (rows as u64 * 4)) as usize / TILE_N as usize * TILE_N as usize;
+        if max_cols == 0 {
+            return Err(Error::TooLargeForDevice(format!("{rows} rows of keys do not fit one binding")));
+        }
+        let tile_cols = cols.div_ceil(cols.div_ceil(max_cols)).next_multiple_of(TILE_N as usize).min(max_cols);
+        let storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        let queries = self.upload("queries", bytemuck::cast_slice(&q))?;
+        let corpus = self.upload("corpus", bytemuck::cast_slice(&c))?;
+        let q_norm_buf = self.upload("query norms", bytemuck::cast_slice(&q_norms))?;
+        let c_norm_buf = self.upload("corpus norms", bytemuck::cast_slice(&c_norms))?;
+        // No row to exclude, no bound: every key is stored, none shortlisted.
+        let state: Vec<[u32; 2]> = vec![[u32::MAX, f32::INFINITY.to_bits()]; rows];
+        let row_state = self.upload("row state", bytemuck::cast_slice(&state))?;
+        let dist = self.buffer("distances", (rows * tile_cols * 4) as u64, storage)?;
+        let no_shortlist_len = self.buffer("no shortlist lengths", 16, storage)?;
+        let no_shortlist = self.buffer("no shortlist", 16, storage)?;
+        let mut params = ParamSlots::default();
+        let mut jobs_at = Vec::new();
+        for c0 in (0..cols).step_by(tile_cols) {
+            let c_rows = tile_cols.min(cols - c0);
+            let (gx, gy) = grid(rows.div_ceil(TILE_M as usize) * c_rows.div_ceil(TILE_N as usize), self.max_groups);
+            let offset = params.push(DistanceParams {
+                q_rows: rows as u32,
+                c_rows: c_rows as u32,
+                dim4: dim4 as u32,
+                c_offset: c0 as u32,
+                col_base: c0 as u32,
+                out_stride: tile_cols as u32,
+                mode: 0,
+                groups_x: gx,
+                shortlist_cap: 0,
+                _pad: [0; 3],
+            });
+            jobs_at.push((offset, (gx, gy)));
+        }
+        let uniform_buf = self.upload_uniform(&params)?;
+        let bind = bind_group(
+            &self.ctx.device,
+            &self.distance.layout,
+            &uniform_buf,
+            &[&queries, &corpus, &q_norm_buf, &c_norm_buf, &row_state, &dist, &no_shortlist_len, &no_shortlist],
+        );
+        let jobs: Vec<Job<'_>> =
+            jobs_at.iter().map(|&(offset, groups)| Job { step: Step::Distance, offset, groups, bind: &bind }).collect();
+        self.submit(self.ctx.device.create_command_encoder(&Default::default()), &jobs[..1])?;
+        self.take_profile();
+        let started = std::time::Instant::now();
+        self.submit(self.ctx.device.create_command_encoder(&Default::default()), &jobs)?;
+        let wall = started.elapsed().as_secs_f64();
+        // Check the last tile's first row against float64 on the host.
+        let last = (cols - 1) / tile_cols * tile_cols;
+        let got: Vec<f32> = read_back(self, &dist, Some(tile_cols * 4))?;
+        let row = |m: &[f32], i: usize| m[i * dim4 * 4..i * dim4 * 4 + d].iter().map(|&x| x as f64).collect::<Vec<_>>();
+        let q0 = row(&q, 0);
+        for j in last..cols {
+            let cj = row(&c, j);
+            let want: f64 = q0.iter().zip(&cj).map(|(a, b)| (a - b) * (a - b)).sum();
+            let scale = q0.iter().chain(&cj).map(|x| x * x).sum::<f64>();
+            // Far above fp32's error of about d units of roundoff in |q|^2 + |c|^2.
+            if (got[j - last] as f64 - want).abs() > 8.0 * d as f64 * f32::EPSILON as f64 * scale {
+                return Err(Error::Gpu(format!(
+                    "distance-only benchmark: key (0, {j}) is {} on the GPU, {want} in float64",
+                    got[j - last]
+                )));
+            }
         }
         Ok((wall, self.take_profile()))
     }

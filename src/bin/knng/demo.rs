@@ -89,6 +89,9 @@ pub fn bench(a: BenchArgs) -> Outcome {
     if a.what == What::Select {
         return bench_select(a);
     }
+    if a.what == What::Distance {
+        return bench_distance(a);
+    }
     let (n, d, k, metric) = (a.n as usize, a.d as usize, a.k as usize, a.metric);
     let nq = if a.what == What::Graph { n } else { a.queries as usize };
     let max = if a.what == What::Graph { n - 1 } else { n };
@@ -233,6 +236,44 @@ fn bench_select(a: BenchArgs) -> Outcome {
             knn.description(),
             seconds(wall),
             gbps(wall)
+        ));
+    }
+    Ok(())
+}
+
+/// `knng bench --what distance`: the distance kernel alone, against what a cuBLAS SGEMM of
+/// the same flops does.
+fn bench_distance(a: BenchArgs) -> Outcome {
+    let (rows, cols, d) = (a.rows as usize, a.cols as usize, a.d as usize);
+    let bar = Bar::new(true, "bench");
+    let knn = a.engine.open_profiled(false, a.profile, &bar)?;
+    let mut best = (f64::INFINITY, None);
+    for _ in 0..a.repeat {
+        let (wall, gpu) = knn.bench_distance(rows, cols, d)?;
+        if wall < best.0 {
+            best = (wall, gpu);
+        }
+    }
+    let (wall, gpu) = best;
+    let tflops = |s: f64| 2.0 * rows as f64 * cols as f64 * d as f64 / s / 1e12;
+    if a.json {
+        say(format!(
+            "{{\"what\":\"distance\",\"rows\":{rows},\"cols\":{cols},\"d\":{d},\"backend\":{},\"seconds\":{wall:.6},\
+             \"gpu_s\":{},\"tflops\":{:.3},\"repeat\":{}}}",
+            json_string(&knn.description()),
+            gpu.map_or("null".to_string(), |g| format!("{:.6}", g.distance)),
+            tflops(gpu.map_or(wall, |g| g.distance)),
+            a.repeat
+        ));
+    } else {
+        let gpu_text = gpu.map_or(String::new(), |g| {
+            format!(" | kernel {} ({:.1} TFLOP/s)", seconds(g.distance), tflops(g.distance))
+        });
+        say(format!(
+            "distance {rows} x {cols} d={d} | {} | {} ({:.1} TFLOP/s){gpu_text}",
+            knn.description(),
+            seconds(wall),
+            tflops(wall)
         ));
     }
     Ok(())

@@ -149,6 +149,9 @@ enum What {
     Search,
     /// The GPU selection kernel alone, on --rows x --cols uniform random keys.
     Select,
+    /// The GPU distance kernel alone: --rows query rows against --cols corpus rows of
+    /// dimension --d.
+    Distance,
 }
 
 #[derive(Args)]
@@ -165,14 +168,15 @@ struct BenchArgs {
     /// Distance (see `knng graph --help`).
     #[arg(long, short = 'm', default_value = "euclidean", value_name = "METRIC")]
     metric: Metric,
-    /// graph (self-join of the n rows), search (--queries rows against the n rows), or select
-    /// (the GPU selection kernel alone: the k smallest of --rows rows of --cols random keys).
+    /// graph (self-join of the n rows), search (--queries rows against the n rows), select
+    /// (the GPU selection kernel alone: the k smallest of --rows rows of --cols random keys), or
+    /// distance (the GPU distance kernel alone: --rows x --cols keys of dimension --d).
     #[arg(long, value_enum, default_value_t = What::Graph)]
     what: What,
-    /// Rows of keys for `--what select`.
+    /// Rows of keys for `--what select` and `--what distance`.
     #[arg(long, default_value_t = 8192, value_parser = at_least(1))]
     rows: u64,
-    /// Keys per row for `--what select`.
+    /// Keys per row for `--what select` and `--what distance`.
     #[arg(long, default_value_t = 65536, value_parser = at_least(1))]
     cols: u64,
     /// Query rows for `--what search`.
