@@ -197,20 +197,28 @@ fn json_string(s: &str) -> String {
     out
 }
 
+/// The fastest of `repeat` runs of a single-kernel benchmark: (wall seconds, its GPU times).
+fn fastest(
+    repeat: u64,
+    mut run: impl FnMut() -> knng::Result<(f64, Option<knng::GpuTimes>)>,
+) -> knng::Result<(f64, Option<knng::GpuTimes>)> {
+    let mut best = (f64::INFINITY, None);
+    for _ in 0..repeat {
+        let (wall, gpu) = run()?;
+        if wall < best.0 {
+            best = (wall, gpu);
+        }
+    }
+    Ok(best)
+}
+
 /// `knng bench --what select`: the selection kernel alone, against what torch.topk does on a
 /// matrix of the same shape.
 fn bench_select(a: BenchArgs) -> Outcome {
     let (rows, cols, k) = (a.rows as usize, a.cols as usize, a.k as usize);
     let bar = Bar::new(true, "bench");
     let knn = a.engine.open_profiled(false, a.profile, &bar)?;
-    let mut best = (f64::INFINITY, None);
-    for _ in 0..a.repeat {
-        let (wall, gpu) = knn.bench_select(rows, cols, k)?;
-        if wall < best.0 {
-            best = (wall, gpu);
-        }
-    }
-    let (wall, gpu) = best;
+    let (wall, gpu) = fastest(a.repeat, || knn.bench_select(rows, cols, k))?;
     let gbps = |s: f64| rows as f64 * cols as f64 * 4.0 / s / 1e9;
     if a.json {
         say(format!(
@@ -247,14 +255,7 @@ fn bench_distance(a: BenchArgs) -> Outcome {
     let (rows, cols, d) = (a.rows as usize, a.cols as usize, a.d as usize);
     let bar = Bar::new(true, "bench");
     let knn = a.engine.open_profiled(false, a.profile, &bar)?;
-    let mut best = (f64::INFINITY, None);
-    for _ in 0..a.repeat {
-        let (wall, gpu) = knn.bench_distance(rows, cols, d)?;
-        if wall < best.0 {
-            best = (wall, gpu);
-        }
-    }
-    let (wall, gpu) = best;
+    let (wall, gpu) = fastest(a.repeat, || knn.bench_distance(rows, cols, d))?;
     let tflops = |s: f64| 2.0 * rows as f64 * cols as f64 * d as f64 / s / 1e12;
     if a.json {
         say(format!(
