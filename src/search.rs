@@ -443,3 +443,23 @@ pub fn search(corpus: MatrixRef<'_>, queries: MatrixRef<'_>, k: usize, metric: M
 pub fn graph(data: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
     Knn::new(Options::default())?.graph(data, k, metric)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_that_round_to_one_distance_are_listed_by_index() {
+        let (mut ids, mut dists) = (vec![0u32; 4], vec![0f32; 4]);
+        // Ascending exact keys; the first two differ in float64 but not as f32 distances.
+        let answer = [(1.0, 9), (1.0 + 1e-12, 4), (4.0, 7), (4.0, 2)];
+        write_row(Metric::SqEuclidean, answer.into_iter(), &mut ids, &mut dists);
+        assert_eq!(ids, [4, 9, 2, 7]);
+        assert_eq!(dists, [1.0, 1.0, 4.0, 4.0]);
+
+        // Inner product: keys are negated products, distances the products, descending.
+        write_row(Metric::InnerProduct, [(-3.0, 5), (-3.0, 1), (-2.0, 0)].into_iter(), &mut ids[..3], &mut dists[..3]);
+        assert_eq!(ids[..3], [1, 5, 0]);
+        assert_eq!(dists[..3], [3.0, 3.0, 2.0]);
+    }
+}
