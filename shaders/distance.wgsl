@@ -140,6 +140,7 @@ fn keys4(mode: u32, qn: f32, cn: vec4<f32>, dots: vec4<f32>) -> vec4<f32> {
 // Norms of columns c..c+3 of the tile, +inf past its end so that those keys are never kept.
 fn column_norms(c: u32) -> vec4<f32> {
     var cn = vec4<f32>(bitcast<f32>(0x7f800000u));
+    // unroll(j, 4u)
     for (var j = 0u; j < 4u; j++) {
         if (c + j < params.c_rows) {
             cn[j] = c_norms[params.c_offset + c + j];
@@ -161,6 +162,9 @@ fn store_row(r: u32, c: u32, d0: vec4<f32>, d1: vec4<f32>, cn0: vec4<f32>, cn1: 
     let bound = bitcast<f32>(state.y);
     let cap = params.shortlist_cap;
     let inf = vec4<f32>(bitcast<f32>(0x7f800000u));
+    // Unrolled, as every loop marked so: components of a vector indexed by a loop variable
+    // may otherwise live in local memory.
+    // unroll(half, 2u)
     for (var half = 0u; half < 2u; half++) {
         let col = c + half * (BN / 2u);
         if (col < params.c_rows) {
@@ -171,6 +175,7 @@ fn store_row(r: u32, c: u32, d0: vec4<f32>, d1: vec4<f32>, cn0: vec4<f32>, cn1: 
             v = select(v, inf, global == vec4<u32>(own));
             dist[(r * params.out_stride + col) / 4u] = v;
             if (cap != 0u && any(v < vec4<f32>(bound))) {
+                // unroll(j, 4u)
                 for (var j = 0u; j < 4u; j++) {
                     if (v[j] < bound) {
                         let slot = atomicAdd(&shortlist_len[r], 1u);

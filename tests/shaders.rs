@@ -32,6 +32,10 @@ fn shaders_validate_and_translate_for_every_platform() {
         distance.source.contains("const k = 15u;") && !distance.source.contains("for (var k = 0u; k < BK; k++)"),
         "the distance kernel's k loop was not unrolled"
     );
+    assert!(
+        distance.source.contains("const half = 1u;") && !distance.source.contains("for (var j = 0u; j < 4u; j++)"),
+        "the distance kernel's epilogue loops were not unrolled"
+    );
     for m in modules {
         let name = m.name;
         let (module, info) = validate(name, &m.source, m.subgroups, m.f64);

@@ -27,40 +27,47 @@ pub fn select(subgroups: bool) -> String {
     }
 }
 
-/// The distance GEMM for workgroup tiles `depth` deep, its k loop unrolled.
+/// The distance GEMM for workgroup tiles `depth` deep, its marked loops unrolled.
 pub fn distance(depth: u32) -> String {
-    unroll(DISTANCE, "BK", depth)
+    unroll(DISTANCE, &[("BK", depth)])
 }
 
-/// Expands each loop marked `// unroll(VAR, CONSTANT)` into `count` blocks, each binding VAR
-/// as a constant, for a `count` that the caller also passes as the override CONSTANT. The
-/// marked line must be followed by `for (var VAR = 0u; VAR < CONSTANT; VAR++) {` and the
-/// loop must end with a `}` at the indentation of that line; anything else is left as it is.
-fn unroll(source: &str, constant: &str, count: u32) -> String {
+/// Expands each loop marked `// unroll(VAR, BOUND)` into one block per iteration, each binding
+/// VAR as a constant. BOUND is a literal such as `4u`, or an override constant named in
+/// `overrides` with the value the caller also gives the pipeline. The marked line must be
+/// followed by `for (var VAR = 0u; VAR < BOUND; VAR++) {` and the loop must end with a `}` at
+/// the indentation of that line; anything else is left as it is. Marked loops inside a marked
+/// loop are expanded too.
+fn unroll(source: &str, overrides: &[(&str, u32)]) -> String {
     let mut out = String::with_capacity(source.len() * 2);
     let mut lines = source.lines().peekable();
     while let Some(line) = lines.next() {
         out.push_str(line);
         out.push('\n');
-        let Some(var) =
-            line.trim().strip_prefix("// unroll(").and_then(|rest| rest.strip_suffix(&format!(", {constant})")))
+        let Some((var, bound)) =
+            line.trim().strip_prefix("// unroll(").and_then(|rest| rest.strip_suffix(')')?.split_once(", "))
         else {
             continue;
         };
+        let count = match overrides.iter().find(|(name, _)| *name == bound) {
+            Some(&(_, value)) => value,
+            None => match bound.strip_suffix('u').and_then(|n| n.parse().ok()) {
+                Some(n) => n,
+                None => continue,
+            },
+        };
         let indent = &line[..line.len() - line.trim_start().len()];
-        let header = format!("{indent}for (var {var} = 0u; {var} < {constant}; {var}++) {{");
+        let header = format!("{indent}for (var {var} = 0u; {var} < {bound}; {var}++) {{");
         if lines.peek() != Some(&header.as_str()) {
             continue;
         }
         lines.next();
         let close = format!("{indent}}}");
         let body: Vec<&str> = lines.by_ref().take_while(|l| *l != close).collect();
+        let body = unroll(&body.join("\n"), overrides);
         for i in 0..count {
             out.push_str(&format!("{indent}{{\n{indent}    const {var} = {i}u;\n"));
-            for l in &body {
-                out.push_str(l);
-                out.push('\n');
-            }
+            out.push_str(&body);
             out.push_str(&close);
             out.push('\n');
         }
