@@ -358,6 +358,8 @@ impl CorpusSession<'_> {
         Ok(out)
     }
 
+    /// Runs one query tile on the GPU: distance tiles, selection and merges, exact keys and
+    /// certificates, then copies its results into `staging` and maps it for the host.
     #[allow(clippy::too_many_arguments)]
     fn query_tile(
         &self,
