@@ -20,6 +20,16 @@ fn uniform(n: usize, seed: u64) -> Vec<f32> {
 }
 
 impl GpuEngine {
+    /// Runs the first job untimed (the buffers' first use: zero-fill, driver allocation), then
+    /// all of them in one submission, as the engine submits its dispatches: wall seconds.
+    fn time_jobs(&self, jobs: &[Job<'_>]) -> Result<f64> {
+        self.submit(self.ctx.device.create_command_encoder(&Default::default()), &jobs[..1])?;
+        self.take_profile();
+        let started = std::time::Instant::now();
+        self.submit(self.ctx.device.create_command_encoder(&Default::default()), jobs)?;
+        Ok(started.elapsed().as_secs_f64())
+    }
+
     /// Times `select_rows` alone: the `k` smallest of each of `rows` rows of `cols` uniform
     /// random keys, as on one distance tile, after one untimed warm-up tile. Returns (wall
     /// seconds from the first timed submission to the last completion, GPU times from
@@ -48,9 +58,6 @@ impl GpuEngine {
         let no_shortlist_len = self.buffer("no shortlist lengths", 16, storage)?;
         let no_shortlist = self.buffer("no shortlist", 16, storage)?;
         self.ctx.wait()?;
-        // All tiles go in one submission, as the engine submits its dispatches; one untimed
-        // tile runs first: the buffers' first use (zero-fill, driver allocation) would
-        // otherwise be timed as selection.
         let mut params = ParamSlots::default();
         let mut groups = Vec::new();
         for r0 in (0..rows).step_by(tile_rows) {
@@ -80,11 +87,7 @@ impl GpuEngine {
             .iter()
             .map(|&(offset, groups)| Job { step: Step::SelectRows, offset, groups, bind: &bind })
             .collect();
-        self.submit(self.ctx.device.create_command_encoder(&Default::default()), &jobs[..1])?;
-        self.take_profile();
-        let started = std::time::Instant::now();
-        self.submit(self.ctx.device.create_command_encoder(&Default::default()), &jobs)?;
-        let wall = started.elapsed().as_secs_f64();
+        let wall = self.time_jobs(&jobs)?;
         // A benchmark of wrong answers would be worthless: check the flags, and the first
         // row of the last tile against a sort on the host.
         let flags: Vec<u32> = read_back(self, &failed, None)?;
@@ -175,11 +178,7 @@ impl GpuEngine {
         );
         let jobs: Vec<Job<'_>> =
             jobs_at.iter().map(|&(offset, groups)| Job { step: Step::Distance, offset, groups, bind: &bind }).collect();
-        self.submit(self.ctx.device.create_command_encoder(&Default::default()), &jobs[..1])?;
-        self.take_profile();
-        let started = std::time::Instant::now();
-        self.submit(self.ctx.device.create_command_encoder(&Default::default()), &jobs)?;
-        let wall = started.elapsed().as_secs_f64();
+        let wall = self.time_jobs(&jobs)?;
         // Check the last tile's first row against float64 on the host.
         let last = (cols - 1) / tile_cols * tile_cols;
         let got: Vec<f32> = read_back(self, &dist, Some(tile_cols * 4))?;
