@@ -24,6 +24,13 @@
 // carries a bound, the largest key of its running candidate list. A key below it is also
 // appended to the row's shortlist, so that the selection reads a few dozen pairs instead of
 // the whole row. A row whose shortlist overflows is selected from the dense tile as before.
+//
+// Symmetric blocks (a graph, column_end > 0): the query rows are corpus rows row_base.., and
+// row_state, shortlist_len and shortlist are bound for every corpus row. A key is also the key
+// of the transposed pair, so a key below a column row's bound (columns before column_end, rows
+// of earlier query tiles whose lists are complete up to there) is appended to that column
+// row's shortlist too. Keys of (x, y) and (y, x) are bitwise equal: the same fused
+// multiply-adds in the same order, and norms that commute.
 
 struct Params {
     q_rows: u32,     // valid query rows in this tile
@@ -34,10 +41,10 @@ struct Params {
     out_stride: u32, // row stride of the distance tile
     mode: u32,
     groups_x: u32,
-    shortlist_cap: u32, // pairs per row of the shortlist; 0: no shortlist
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    shortlist_cap: u32, // pairs per row of the query rows' shortlists; 0: none for this tile
+    row_base: u32,      // index of the tile's first query row in row_state and the shortlists
+    column_end: u32,    // columns below this global index also feed their own shortlists
+    column_cap: u32,    // pairs per row of the column rows' shortlists
 }
 
 override BM: u32 = 128u;
@@ -56,7 +63,7 @@ override BLOCKS: u32 = Q_BLOCKS + (BN / 4u) * (BK / 4u);
 @group(0) @binding(2) var<storage, read> corpus: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> q_norms: array<f32>;
 @group(0) @binding(4) var<storage, read> c_norms: array<f32>;
-// Per query row: (corpus index to exclude, bits of the shortlist bound).
+// Per row (from row_base for query rows): (corpus index to exclude, bits of the shortlist bound).
 @group(0) @binding(5) var<storage, read> row_state: array<vec2<u32>>;
 @group(0) @binding(6) var<storage, read_write> dist: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read_write> shortlist_len: array<atomic<u32>>;
@@ -149,15 +156,55 @@ fn column_norms(c: u32) -> vec4<f32> {
     return cn;
 }
 
-// Epilogue for one row: columns c..c+3 from `d0` (norms `cn0`), c+BN/2..c+BN/2+3 from `d1`
-// (norms `cn1`). Whole vec4s are stored: the tile's row stride is a multiple of 4 and the
-// select never reads past the tile's columns.
-fn store_row(r: u32, c: u32, d0: vec4<f32>, d1: vec4<f32>, cn0: vec4<f32>, cn1: vec4<f32>) {
+// Shortlist bounds of columns c..c+3 as rows of symmetric blocks; -inf where a column takes
+// nothing: past the tile's end, or not below column_end.
+fn column_bounds(c: u32) -> vec4<f32> {
+    var cb = vec4<f32>(bitcast<f32>(0xff800000u));
+    // unroll(j, 4u)
+    for (var j = 0u; j < 4u; j++) {
+        let global = params.col_base + c + j;
+        if (c + j < params.c_rows && global < params.column_end) {
+            cb[j] = bitcast<f32>(row_state[global].y);
+        }
+    }
+    return cb;
+}
+
+// Appends the keys of one query row that fall under their column rows' bounds to those rows'
+// shortlists (symmetric blocks).
+fn append_to_columns(r: u32, global: vec4<u32>, v: vec4<f32>, cb: vec4<f32>) {
+    if (any(v < cb)) {
+        // unroll(j, 4u)
+        for (var j = 0u; j < 4u; j++) {
+            if (v[j] < cb[j]) {
+                let slot = atomicAdd(&shortlist_len[global[j]], 1u);
+                if (slot < params.column_cap) {
+                    shortlist[global[j] * params.column_cap + slot] = vec2<u32>(bitcast<u32>(v[j]), params.row_base + r);
+                }
+            }
+        }
+    }
+}
+
+// Epilogue for one row: columns c..c+3 from `d0` (norms `cn0`, column bounds `cb0`),
+// c+BN/2..c+BN/2+3 from `d1` (`cn1`, `cb1`). Whole vec4s are stored: the tile's row stride is
+// a multiple of 4 and the select never reads past the tile's columns.
+fn store_row(
+    r: u32,
+    c: u32,
+    d0: vec4<f32>,
+    d1: vec4<f32>,
+    cn0: vec4<f32>,
+    cn1: vec4<f32>,
+    cb0: vec4<f32>,
+    cb1: vec4<f32>,
+) {
     if (r >= params.q_rows) {
         return;
     }
     let qn = q_norms[r];
-    let state = row_state[r];
+    let state_row = params.row_base + r;
+    let state = row_state[state_row];
     let own = state.x;
     let bound = bitcast<f32>(state.y);
     let cap = params.shortlist_cap;
@@ -178,12 +225,15 @@ fn store_row(r: u32, c: u32, d0: vec4<f32>, d1: vec4<f32>, cn0: vec4<f32>, cn1: 
                 // unroll(j, 4u)
                 for (var j = 0u; j < 4u; j++) {
                     if (v[j] < bound) {
-                        let slot = atomicAdd(&shortlist_len[r], 1u);
+                        let slot = atomicAdd(&shortlist_len[state_row], 1u);
                         if (slot < cap) {
-                            shortlist[r * cap + slot] = vec2<u32>(bitcast<u32>(v[j]), global[j]);
+                            shortlist[state_row * cap + slot] = vec2<u32>(bitcast<u32>(v[j]), global[j]);
                         }
                     }
                 }
+            }
+            if (params.column_end > params.col_base) {
+                append_to_columns(r, global, v, select(cb0, cb1, half == 1u));
             }
         }
     }
@@ -280,12 +330,19 @@ fn distance_tile(
     // Each invocation's eight columns are the same for all its rows.
     let cn0 = column_norms(col0 + tx * 4u);
     let cn1 = column_norms(col0 + tx * 4u + BN / 2u);
-    store_row(row0 + ty * 4u + 0u + 0u * (BM / 2u), col0 + tx * 4u, r0c0, r0c1, cn0, cn1);
-    store_row(row0 + ty * 4u + 1u + 0u * (BM / 2u), col0 + tx * 4u, r1c0, r1c1, cn0, cn1);
-    store_row(row0 + ty * 4u + 2u + 0u * (BM / 2u), col0 + tx * 4u, r2c0, r2c1, cn0, cn1);
-    store_row(row0 + ty * 4u + 3u + 0u * (BM / 2u), col0 + tx * 4u, r3c0, r3c1, cn0, cn1);
-    store_row(row0 + ty * 4u + 0u + 1u * (BM / 2u), col0 + tx * 4u, r4c0, r4c1, cn0, cn1);
-    store_row(row0 + ty * 4u + 1u + 1u * (BM / 2u), col0 + tx * 4u, r5c0, r5c1, cn0, cn1);
-    store_row(row0 + ty * 4u + 2u + 1u * (BM / 2u), col0 + tx * 4u, r6c0, r6c1, cn0, cn1);
-    store_row(row0 + ty * 4u + 3u + 1u * (BM / 2u), col0 + tx * 4u, r7c0, r7c1, cn0, cn1);
+    var cb0 = vec4<f32>(bitcast<f32>(0xff800000u));
+    var cb1 = cb0;
+    if (params.column_end > params.col_base) {
+        cb0 = column_bounds(col0 + tx * 4u);
+        cb1 = column_bounds(col0 + tx * 4u + BN / 2u);
+    }
+    let c = col0 + tx * 4u;
+    store_row(row0 + ty * 4u + 0u + 0u * (BM / 2u), c, r0c0, r0c1, cn0, cn1, cb0, cb1);
+    store_row(row0 + ty * 4u + 1u + 0u * (BM / 2u), c, r1c0, r1c1, cn0, cn1, cb0, cb1);
+    store_row(row0 + ty * 4u + 2u + 0u * (BM / 2u), c, r2c0, r2c1, cn0, cn1, cb0, cb1);
+    store_row(row0 + ty * 4u + 3u + 0u * (BM / 2u), c, r3c0, r3c1, cn0, cn1, cb0, cb1);
+    store_row(row0 + ty * 4u + 0u + 1u * (BM / 2u), c, r4c0, r4c1, cn0, cn1, cb0, cb1);
+    store_row(row0 + ty * 4u + 1u + 1u * (BM / 2u), c, r5c0, r5c1, cn0, cn1, cb0, cb1);
+    store_row(row0 + ty * 4u + 2u + 1u * (BM / 2u), c, r6c0, r6c1, cn0, cn1, cb0, cb1);
+    store_row(row0 + ty * 4u + 3u + 1u * (BM / 2u), c, r7c0, r7c1, cn0, cn1, cb0, cb1);
 }

@@ -37,7 +37,7 @@
 struct Params {
     rows: u32,           // rows in this dispatch
     len: u32,            // input elements per row
-    in_stride: u32,      // dense input: its row stride (a multiple of 4); pairs input: where the second list starts
+    in_stride: u32,      // dense input: its row stride (a multiple of 4); pairs input: where the second list starts (NONE: only shortlists)
     col_base: u32,       // global index of a dense row's first element
     need: u32,           // how many to select
     scratch_stride: u32, // row stride of the auxiliary arrays (>= len)
@@ -251,6 +251,16 @@ fn row_length(row: u32) -> u32 {
     return params.len;
 }
 
+// A merge without a tile's list to fall back on (the column side of symmetric blocks) whose
+// shortlist overflowed: keys under the bound were lost, so the row's list may be incomplete.
+// Bit 2 of its flags sends it to the host's next, wider round, which does not trust its
+// certificate. The list and bound stand (still an upper bound on the row's true list), and
+// later tiles' shortlists start empty.
+fn mark_incomplete(row: u32) {
+    failed[row] = failed[row] | 4u;
+    shortlist_len[row] = 0u;
+}
+
 // After a merge: the shortlist is consumed, start the next tile's empty. Bit 1 of the row's
 // flags records that a shortlist was used, for the host's statistics.
 fn end_merge(row: u32) {
@@ -282,10 +292,17 @@ fn select_row(lid: u32, wid: vec3<u32>) {
         if (lid == 0u) {
             row_count = shortlist_len[row];
         }
-        if (workgroupUniformLoad(&row_count) == 0u) {
+        let count = workgroupUniformLoad(&row_count);
+        if (count == 0u) {
             // Nothing under the bound in this tile: the running list and bound stand.
             if (lid == 0u) {
                 failed[row] = failed[row] | 2u;
+            }
+            return;
+        }
+        if (count > params.shortlist_cap && params.in_stride == NONE) {
+            if (lid == 0u) {
+                mark_incomplete(row);
             }
             return;
         }

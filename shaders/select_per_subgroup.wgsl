@@ -103,10 +103,13 @@ fn select_rows_per_subgroup(
     var len = 0u;
     // Nothing under the bound in this tile: the running list and bound stand.
     var unchanged = false;
+    // A shortlist overflowed with no tile's list to fall back on (`mark_incomplete`).
+    var incomplete = false;
     if (!done) {
         len = row_length(row);
         unchanged = from_shortlist && len == params.need;
-        done = unchanged;
+        incomplete = !from_shortlist && params.in_stride == NONE;
+        done = unchanged || incomplete;
     }
     // A few pairs under the bound: inserted one by one instead of selected.
     var inserted = false;
@@ -211,6 +214,12 @@ fn select_rows_per_subgroup(
         if (lane == 0u) {
             failed[row] = failed[row] | 1u;
             end_merge(row);
+        }
+        return;
+    }
+    if (incomplete) {
+        if (lane == 0u) {
+            mark_incomplete(row);
         }
         return;
     }

@@ -42,10 +42,33 @@ pub(crate) struct TilePlan {
     /// Read-back buffers: 2 lets one query tile's results be copied out on the host while the
     /// next tile runs; 1 under a budget where the second would cost a quarter of the tile.
     pub read_backs: usize,
+    /// A graph in symmetric blocks ([`plan_symmetric`]): every row's running list, bound and
+    /// shortlist stay on the GPU for the whole sweep.
+    pub symmetric: bool,
 }
+
+/// Query tiles and column tiles of a symmetric sweep start at multiples of this many rows, so
+/// that per-row arrays can be bound at a tile's first row (wgpu allows storage offsets in
+/// multiples of 256 bytes at most; the narrowest per-row array has 4 bytes a row).
+pub(crate) const ALIGN_ROWS: usize = 64;
 
 /// Largest distance tile width: wide tiles amortise the per-tile merge of candidate lists.
 pub(crate) const MAX_COLUMN_TILE: usize = 16384;
+
+/// Caps on tile sizes below what the budget allows (tests give small problems many tiles).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TileCaps {
+    /// Corpus rows per distance tile.
+    pub column: usize,
+    /// Query rows per query tile.
+    pub query: usize,
+}
+
+impl Default for TileCaps {
+    fn default() -> Self {
+        TileCaps { column: MAX_COLUMN_TILE, query: MAX_QUERY_ROWS }
+    }
+}
 
 /// Bytes of one prepared row: padded to a multiple of 4 floats for vec4 loads.
 pub(crate) fn prepared_row_bytes(d: usize) -> u64 {
@@ -75,23 +98,17 @@ pub(crate) fn plan_tiles(
     kc: usize,
     corpus: CorpusPlan,
     n: usize,
-    max_column_tile: usize,
+    caps: TileCaps,
     dev: DeviceBudget,
 ) -> Result<TilePlan> {
-    let column_tile = corpus.chunk_rows.min(max_column_tile);
+    let column_tile = corpus.chunk_rows.min(caps.column);
     let dist_stride = column_tile.next_multiple_of(4);
     let scratch_stride = column_tile.max(2 * kc);
     let row = prepared_row_bytes(d);
     let corpus_bytes = if corpus.resident { n as u64 * row } else { 2 * corpus.chunk_rows as u64 * row };
     let free = dev.budget.saturating_sub(corpus_bytes);
     let query_rows_with = |shortlist_cap: usize, read_backs: usize| {
-        let per_query_row = 4 * dist_stride as u64      // distance tile
-            + 16 * scratch_stride as u64                 // two auxiliary arrays of (key, index)
-            + 2 * 16 * kc as u64                         // running + tile lists, exact keys
-            + read_backs as u64 * 16 * kc as u64         // read-back of lists and keys
-            + 8 * shortlist_cap as u64                   // shortlist
-            + 2 * row                                    // raw and prepared query
-            + 24; // norm, exclusion and bound, shortlist length, failure flag
+        let per_query_row = query_row_bytes(dist_stride, scratch_stride, kc, shortlist_cap, read_backs, row, false);
         let limits = [
             free / per_query_row,
             dev.max_binding / (4 * dist_stride as u64),
@@ -99,9 +116,7 @@ pub(crate) fn plan_tiles(
             dev.max_binding / (16 * kc as u64),
             dev.max_binding / (8 * shortlist_cap.max(1) as u64),
             dev.max_binding / row,
-            // One workgroup per query row in the select; 2-D dispatch covers 65535^2, but
-            // keep tiles moderate so one submission stays short.
-            65535,
+            MAX_QUERY_ROWS.min(caps.query) as u64,
             nq as u64,
         ];
         (limits.into_iter().min().unwrap_or(0) as usize, per_query_row)
@@ -128,7 +143,93 @@ pub(crate) fn plan_tiles(
             dev.budget, dev.max_binding
         )));
     }
-    Ok(TilePlan { query_rows, column_tile, dist_stride, scratch_stride, shortlist_cap, read_backs })
+    Ok(TilePlan { query_rows, column_tile, dist_stride, scratch_stride, shortlist_cap, read_backs, symmetric: false })
+}
+
+/// One workgroup per query row in the select; a 2-D dispatch covers 65535^2, but tiles stay
+/// moderate so that one submission stays short.
+const MAX_QUERY_ROWS: usize = 65535;
+
+/// GPU bytes per query row of a tile. `symmetric`: the running lists, bounds and shortlists
+/// are counted per corpus row instead ([`plan_symmetric`]).
+fn query_row_bytes(
+    dist_stride: usize,
+    scratch_stride: usize,
+    kc: usize,
+    shortlist_cap: usize,
+    read_backs: usize,
+    row: u64,
+    symmetric: bool,
+) -> u64 {
+    let per_row_state = 8 * kc as u64 + 8 * shortlist_cap as u64 + 16; // running list, shortlist, state
+    4 * dist_stride as u64                     // distance tile
+        + 16 * scratch_stride as u64           // two auxiliary arrays of (key, index)
+        + 3 * 8 * kc as u64                    // tile list, exact keys, ranked answers
+        + read_backs as u64 * 16 * kc as u64   // read-back of lists and keys
+        + 2 * row                              // raw and prepared query
+        + 8                                    // norm, error bound
+        + if symmetric { 0 } else { per_row_state }
+}
+
+/// Plans a graph as symmetric blocks (Dashti, section 3.2): query tile I is compared with
+/// corpus rows up to its own last row only, and each key of a block below the diagonal also
+/// goes to the column row's shortlist, so every distance is computed once. `None` when that
+/// does not pay or does not fit: a single query tile, a corpus not resident in one binding,
+/// or per-row state for every corpus row over the budget or a binding.
+pub(crate) fn plan_symmetric(
+    n: usize,
+    d: usize,
+    kc: usize,
+    corpus: CorpusPlan,
+    caps: TileCaps,
+    dev: DeviceBudget,
+) -> Option<TilePlan> {
+    if !corpus.resident || corpus.chunk_rows < n {
+        return None;
+    }
+    let column_tile = corpus.chunk_rows.min(caps.column) / ALIGN_ROWS * ALIGN_ROWS;
+    if column_tile == 0 {
+        return None;
+    }
+    let dist_stride = column_tile.next_multiple_of(4);
+    let shortlist_cap = 2 * kc + 64;
+    // A merge holds the running list and a whole shortlist in the auxiliary arrays.
+    let scratch_stride = column_tile.max(kc + shortlist_cap);
+    let row = prepared_row_bytes(d);
+    let per_row_state = 8 * (kc + shortlist_cap) as u64 + 16;
+    let fits = |bytes: u64| bytes <= dev.max_binding;
+    if !fits(n as u64 * 8 * shortlist_cap as u64) {
+        return None;
+    }
+    let free = dev.budget.checked_sub(n as u64 * (row + per_row_state))?;
+    let plan_with = |read_backs: usize| {
+        let per_query_row = query_row_bytes(dist_stride, scratch_stride, kc, shortlist_cap, read_backs, row, true);
+        let limits = [
+            free / per_query_row,
+            dev.max_binding / (4 * dist_stride as u64),
+            dev.max_binding / (8 * scratch_stride as u64),
+            dev.max_binding / row,
+            MAX_QUERY_ROWS.min(caps.query) as u64,
+        ];
+        let mut rows = limits.into_iter().min().unwrap_or(0) as usize / ALIGN_ROWS * ALIGN_ROWS;
+        // The running lists and the tile's lists share one binding.
+        while rows > 0 && !fits((n + rows) as u64 * 8 * kc as u64) {
+            rows -= ALIGN_ROWS;
+        }
+        rows
+    };
+    let single = plan_with(1);
+    let double = plan_with(2);
+    let (query_rows, read_backs) = if double >= single - single / 4 && double > 0 { (double, 2) } else { (single, 1) };
+    (query_rows > 0 && query_rows < n).then_some(TilePlan {
+        query_rows,
+        column_tile,
+        dist_stride,
+        scratch_stride,
+        shortlist_cap,
+        read_backs,
+        symmetric: true,
+    })
 }
 
 #[cfg(test)]
@@ -149,7 +250,7 @@ mod tests {
         ] {
             let corpus = plan_corpus(n, d, LAVAPIPE).unwrap();
             assert!(corpus.chunk_rows as u64 * prepared_row_bytes(d) <= LAVAPIPE.max_binding);
-            let t = match plan_tiles(n, d, kc, corpus, n, MAX_COLUMN_TILE, LAVAPIPE) {
+            let t = match plan_tiles(n, d, kc, corpus, n, TileCaps::default(), LAVAPIPE) {
                 Ok(t) => t,
                 Err(e) => {
                     assert!(kc as u64 * 16 > LAVAPIPE.max_binding, "n={n} d={d} kc={kc}: {e}");
@@ -173,13 +274,61 @@ mod tests {
     fn a_second_read_back_buffer_only_where_it_costs_little() {
         let plan = |n: usize, kc: usize, budget: u64| {
             let dev = DeviceBudget { max_binding: 128 << 20, budget };
-            plan_tiles(n, 70, kc, plan_corpus(n, 70, dev).unwrap(), n, MAX_COLUMN_TILE, dev).unwrap()
+            plan_tiles(n, 70, kc, plan_corpus(n, 70, dev).unwrap(), n, TileCaps::default(), dev).unwrap()
         };
         assert_eq!(plan(65536, 1250, 1 << 30).read_backs, 2);
         // The 48 KiB budget of the GPU tests' smallest tiles, after two widenings of k = 20.
         let tight = plan(300, 300, 48 << 10);
         assert_eq!(tight.read_backs, 1);
         assert!(tight.query_rows >= 1);
+    }
+
+    #[test]
+    fn symmetric_sweeps_align_their_tiles_and_fit_the_budget() {
+        let h100 = DeviceBudget { max_binding: 2 << 30, budget: 16 << 30 };
+        for &(n, d, kc, dev) in &[
+            (262_144usize, 128usize, 26usize, h100),
+            (1 << 20, 96, 32, h100),
+            (65536, 128, 1250, h100),
+            (3000, 24, 125, DeviceBudget { max_binding: 128 << 20, budget: 64 << 20 }),
+        ] {
+            let corpus = plan_corpus(n, d, dev).unwrap();
+            let t = plan_symmetric(n, d, kc, corpus, TileCaps::default(), dev)
+                .unwrap_or_else(|| panic!("n={n} d={d} kc={kc}: no symmetric plan"));
+            assert!(t.symmetric);
+            assert!(t.query_rows.is_multiple_of(ALIGN_ROWS) && t.column_tile.is_multiple_of(ALIGN_ROWS));
+            assert!(t.query_rows >= ALIGN_ROWS && t.query_rows < n);
+            assert!(kc + t.shortlist_cap <= t.scratch_stride);
+            assert!((n + t.query_rows) as u64 * kc as u64 * 8 <= dev.max_binding);
+            assert!(n as u64 * t.shortlist_cap as u64 * 8 <= dev.max_binding);
+            let state = n as u64 * (8 * (kc + t.shortlist_cap) as u64 + 16);
+            let per_query_row = query_row_bytes(
+                t.dist_stride,
+                t.scratch_stride,
+                kc,
+                t.shortlist_cap,
+                t.read_backs,
+                prepared_row_bytes(d),
+                true,
+            );
+            assert!(n as u64 * prepared_row_bytes(d) + state + t.query_rows as u64 * per_query_row <= dev.budget);
+        }
+        // Not worth it (one query tile) or not possible (state over the budget, streamed corpus).
+        let one_tile = DeviceBudget { max_binding: 2 << 30, budget: 16 << 30 };
+        assert!(plan_symmetric(5000, 32, 26, plan_corpus(5000, 32, one_tile).unwrap(), TileCaps::default(), one_tile)
+            .is_none());
+        let small = DeviceBudget { max_binding: 2 << 30, budget: 1 << 30 };
+        assert!(plan_symmetric(65536, 128, 1250, plan_corpus(65536, 128, small).unwrap(), TileCaps::default(), small)
+            .is_none());
+        assert!(plan_symmetric(
+            10_000_000,
+            128,
+            26,
+            plan_corpus(10_000_000, 128, LAVAPIPE).unwrap(),
+            TileCaps::default(),
+            LAVAPIPE
+        )
+        .is_none());
     }
 
     #[test]

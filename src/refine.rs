@@ -29,8 +29,14 @@ pub(crate) struct Candidates {
     pub ids: Vec<u32>,
     /// Rows the backend could not finish; they are answered by brute force.
     pub failed: Vec<bool>,
+    /// Rows whose candidate lists may miss keys under their bound (a shortlist of the
+    /// symmetric sweep overflowed): not proven, whatever their certificate says. Empty when
+    /// no row is.
+    pub incomplete: Vec<bool>,
     /// Rows whose candidates came at least once from a shortlist of the GPU's bound filter.
     pub shortlisted: usize,
+    /// Whether the graph was swept in symmetric blocks (every distance computed once).
+    pub symmetric: bool,
     /// Exact float64 ranking keys of the candidates, `queries x kc`, when the backend
     /// computed them (the GPU with SHADER_F64); otherwise the host computes them.
     pub exact: Option<Vec<f64>>,

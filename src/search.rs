@@ -69,6 +69,10 @@ pub struct Options {
     /// problems many tiles, so that tests reach the merges and shortlists of large ones.
     #[doc(hidden)]
     pub max_column_tile: Option<usize>,
+    /// Cap on query rows per GPU query tile (default: what the memory budget allows). Lower
+    /// values cut small graphs into several tiles, so that tests reach symmetric blocks.
+    #[doc(hidden)]
+    pub max_query_tile: Option<usize>,
     /// Depth of the distance kernel's workgroup tiles: 4, 8, 16 (default) or 32. For tuning.
     #[doc(hidden)]
     pub distance_tile_depth: Option<u32>,
@@ -86,6 +90,7 @@ impl std::fmt::Debug for Options {
             .field("profile", &self.profile)
             .field("max_workgroups_per_dimension", &self.max_workgroups_per_dimension)
             .field("max_column_tile", &self.max_column_tile)
+            .field("max_query_tile", &self.max_query_tile)
             .field("distance_tile_depth", &self.distance_tile_depth)
             .finish()
     }
@@ -112,6 +117,12 @@ pub struct RunStats {
     /// (keys under the row's running bound, filtered in the distance kernel) rather than a
     /// selection over the whole tile, summed over rounds.
     pub rows_shortlisted: usize,
+    /// Rows of graphs swept in symmetric blocks on the GPU (each distance computed once, for
+    /// both rows of the pair), summed over rounds.
+    pub rows_in_symmetric_blocks: usize,
+    /// Rows of a symmetric sweep whose list may have missed keys (a shortlist overflowed on
+    /// the column side, where no dense tile was selected) and were searched again.
+    pub rows_overflowed: usize,
     /// Query rows whose candidates were ranked and whose certificate was checked on the GPU
     /// (SHADER_F64, moderate kc), so that only k answers came back, summed over rounds.
     pub rows_certified_on_gpu: usize,
@@ -316,8 +327,12 @@ impl Knn {
                 stats.rows_certified_on_gpu += pending.len();
             }
             stats.rows_shortlisted += cands.shortlisted;
+            if cands.symmetric {
+                stats.rows_in_symmetric_blocks += pending.len();
+            }
             let clock = std::time::Instant::now();
             let brute_forced = std::sync::atomic::AtomicUsize::new(0);
+            let overflowed = std::sync::atomic::AtomicUsize::new(0);
             let mut slot_of = vec![NONE; nq];
             for (slot, &i) in pending.iter().enumerate() {
                 slot_of[i] = slot as u32;
@@ -330,6 +345,10 @@ impl Knn {
                 .filter_map(|(i, (row_ids, row_dists))| {
                     let slot = slot_of[i] as usize;
                     let q = Query { corpus, vector: queries.row(i), metric, k, exclude: exclude[i] };
+                    if cands.incomplete.get(slot) == Some(&true) {
+                        overflowed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        return Some(i);
+                    }
                     let ranked = if cands.failed[slot] {
                         brute_forced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         refine::brute_force(q)
@@ -358,6 +377,7 @@ impl Knn {
                 })
                 .collect();
             stats.rows_brute_forced += brute_forced.into_inner();
+            stats.rows_overflowed += overflowed.into_inner();
             stats.refine_seconds += clock.elapsed().as_secs_f64();
             // Rows whose certificate failed have many near-ties around their k-th neighbour:
             // ask for more candidates; once kc covers the corpus the answer is complete.

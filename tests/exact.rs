@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{cases, check, large_corpus_case, larger_cases, Case};
+use common::{cases, check, large_corpus_case, larger_cases, symmetric_cases, Case};
 use knng::{Backend, Knn, Options};
 
 /// `default_budget`: the engine runs with the default memory budget, so every case's corpus
@@ -55,6 +55,15 @@ fn gpu(no_subgroups: bool, memory_budget: Option<u64>) -> Option<Knn> {
 }
 
 fn gpu_with(no_subgroups: bool, memory_budget: Option<u64>, max_column_tile: Option<usize>) -> Option<Knn> {
+    gpu_tiles(no_subgroups, memory_budget, max_column_tile, None)
+}
+
+fn gpu_tiles(
+    no_subgroups: bool,
+    memory_budget: Option<u64>,
+    max_column_tile: Option<usize>,
+    max_query_tile: Option<usize>,
+) -> Option<Knn> {
     let options = Options {
         backend: Backend::Gpu,
         adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
@@ -64,6 +73,7 @@ fn gpu_with(no_subgroups: bool, memory_budget: Option<u64>, max_column_tile: Opt
         // kernel runs on its 2-D dispatch path.
         max_workgroups_per_dimension: memory_budget.map(|_| 3),
         max_column_tile,
+        max_query_tile,
         ..Options::default()
     };
     let knn = Knn::new(options).unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));
@@ -153,4 +163,37 @@ fn gpu_large_corpus_matches_float64_oracle() {
         true,
         false,
     );
+}
+
+/// Graphs swept in symmetric blocks: query tiles of 256 rows, distance tiles of 384, and a
+/// budget that holds every row's lists and shortlists.
+fn run_symmetric(knn: &Knn) {
+    for case in symmetric_cases() {
+        let label = format!("[{}] {}", knn.description(), case.name);
+        let got = knn.graph(case.corpus.view(), case.k, case.metric).unwrap_or_else(|e| panic!("{label}: {e}"));
+        check(&label, &case.corpus, &case.corpus, case.k, case.metric, true, &got);
+        let stats = knn.last_run();
+        eprintln!("{label}: {stats:?}");
+        assert!(stats.rows_in_symmetric_blocks >= case.corpus.rows(), "{label}: not swept in symmetric blocks");
+        if case.name.contains("cluster around row 0") {
+            assert!(stats.rows_overflowed > 0, "{label}: no column-side shortlist overflowed");
+        }
+        assert_eq!(stats.rows_brute_forced, 0, "{label}: the backend failed to select rows");
+    }
+}
+
+const SYMMETRIC_BUDGET: u64 = 64 << 20;
+
+#[test]
+fn gpu_subgroup_select_symmetric_graphs() {
+    if let Some(knn) = gpu_tiles(false, Some(SYMMETRIC_BUDGET), Some(NARROW_TILE), Some(256)) {
+        run_symmetric(&knn);
+    }
+}
+
+#[test]
+fn gpu_workgroup_select_symmetric_graphs() {
+    let knn = gpu_tiles(true, Some(SYMMETRIC_BUDGET), Some(NARROW_TILE), Some(256))
+        .expect("the workgroup select runs on every adapter");
+    run_symmetric(&knn);
 }

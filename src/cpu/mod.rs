@@ -186,6 +186,16 @@ impl CorpusSession<'_> {
                 report(done.fetch_add(rows, Ordering::Relaxed) + rows);
             },
         );
-        Candidates { kc, keys, ids, failed: vec![false; nq], shortlisted: 0, exact: None, ranked: None }
+        Candidates {
+            kc,
+            keys,
+            ids,
+            failed: vec![false; nq],
+            incomplete: Vec::new(),
+            shortlisted: 0,
+            symmetric: false,
+            exact: None,
+            ranked: None,
+        }
     }
 }

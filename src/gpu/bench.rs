@@ -165,7 +165,9 @@ impl GpuEngine {
                 mode: 0,
                 groups_x: gx,
                 shortlist_cap: 0,
-                _pad: [0; 3],
+                row_base: 0,
+                column_end: 0,
+                column_cap: 0,
             });
             jobs_at.push((offset, (gx, gy)));
         }

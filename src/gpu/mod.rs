@@ -83,7 +83,9 @@ struct DistanceParams {
     mode: u32,
     groups_x: u32,
     shortlist_cap: u32,
-    _pad: [u32; 3],
+    row_base: u32,
+    column_end: u32,
+    column_cap: u32,
 }
 
 /// `Params` of select.wgsl.
@@ -170,8 +172,8 @@ pub(crate) struct GpuEngine {
     profiler: Option<Profiler>,
     /// Largest workgroup count per dispatch dimension.
     max_groups: u32,
-    /// Largest distance tile, in corpus rows.
-    max_column_tile: usize,
+    /// Caps on distance tiles and query tiles.
+    tile_caps: plan::TileCaps,
     /// The buffers of the last round of candidates, kept for the next call of the same shape
     /// (as FAISS and PyTorch keep temporary memory): creating and first touching a few GiB
     /// costs more than a small graph's whole computation.
@@ -388,7 +390,10 @@ impl GpuEngine {
             certify,
             profiler,
             max_groups,
-            max_column_tile: options.max_column_tile.unwrap_or(plan::MAX_COLUMN_TILE).max(1),
+            tile_caps: plan::TileCaps {
+                column: options.max_column_tile.unwrap_or(plan::MAX_COLUMN_TILE).max(1),
+                query: options.max_query_tile.unwrap_or(usize::MAX).max(1),
+            },
             tile_cache: Default::default(),
             max_binding,
             budget,
@@ -683,6 +688,18 @@ fn bind_group(
     uniform: &wgpu::Buffer,
     storage: &[&wgpu::Buffer],
 ) -> wgpu::BindGroup {
+    let whole: Vec<(&wgpu::Buffer, u64)> = storage.iter().map(|&b| (b, 0)).collect();
+    bind_group_at(device, layout, uniform, &whole)
+}
+
+/// A bind group of storage buffers each bound from a byte offset to its end (per-row arrays
+/// bound at a tile's first row; offsets are multiples of 256 bytes).
+fn bind_group_at(
+    device: &wgpu::Device,
+    layout: &wgpu::BindGroupLayout,
+    uniform: &wgpu::Buffer,
+    storage: &[(&wgpu::Buffer, u64)],
+) -> wgpu::BindGroup {
     let mut entries = vec![wgpu::BindGroupEntry {
         binding: 0,
         resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -691,8 +708,12 @@ fn bind_group(
             size: std::num::NonZeroU64::new(PARAMS_SIZE),
         }),
     }];
-    for (i, b) in storage.iter().enumerate() {
-        entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.as_entire_binding() });
+    for (i, &(buffer, offset)) in storage.iter().enumerate() {
+        debug_assert!(offset.is_multiple_of(256) && offset < buffer.size());
+        entries.push(wgpu::BindGroupEntry {
+            binding: i as u32 + 1,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: None }),
+        });
     }
     device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout, entries: &entries })
 }

@@ -4,15 +4,15 @@
 use rayon::prelude::*;
 
 use super::{
-    bind_group, grid, map_ready, metric_modes, read_mapped, CertifyParams, DistanceParams, GpuEngine, Job, NormsParams,
-    ParamSlots, PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, TILE_M,
-    TILE_N, WIDE_ROWS,
+    bind_group, bind_group_at, grid, map_ready, metric_modes, read_mapped, CertifyParams, DistanceParams, GpuEngine,
+    Job, NormsParams, ParamSlots, PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC,
+    PARAM_SLOT, TILE_M, TILE_N, WIDE_ROWS,
 };
 use crate::data::MatrixRef;
 use crate::error::Result;
 use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, TilePlan};
-use crate::refine::{BackendRanked, Candidates, Certify};
+use crate::refine::{BackendRanked, Candidates, Certify, NONE};
 
 /// Prepared corpus rows are also the query rows of a graph, copied on the GPU.
 const STORAGE_COPY_SRC: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC);
@@ -92,8 +92,12 @@ struct CertifyBuffers {
 pub(super) struct TileBuffers {
     raw_queries: wgpu::Buffer,
     queries: PreparedRows,
-    /// Per query row: (corpus index to exclude, shortlist bound).
+    /// Per row: (corpus index to exclude, shortlist bound). This and the other per-row arrays
+    /// (`failed`, the running lists at the start of `candidates`, `shortlist_len`, `shortlist`)
+    /// hold `state_rows` rows: a query tile's, or in a symmetric sweep every corpus row's, bound
+    /// from the tile's first row.
     row_state: wgpu::Buffer,
+    state_rows: usize,
     failed: wgpu::Buffer,
     dist: wgpu::Buffer,
     aux_a: wgpu::Buffer,
@@ -117,6 +121,11 @@ impl TileBuffers {
     fn new(gpu: &GpuEngine, d: usize, key: TileKey) -> Result<Self> {
         let TileKey { tiles, kc, column_tiles, gpu_exact, certify_k, .. } = key;
         let q = tiles.query_rows;
+        // Rows of the per-row state: the tile's, or every corpus row's in a symmetric sweep.
+        let state_rows = if tiles.symmetric { key.corpus.0 } else { q };
+        // Parameter slots per distance tile: distance, select, merge, and the merges of the
+        // column rows' shortlists (a query tile's rows at a time).
+        let slots_per_tile = 3 + if tiles.symmetric { tiles.column_tile.div_ceil(q) } else { 0 };
         let storage = wgpu::BufferUsages::STORAGE;
         let copy = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
         let certify = match certify_k {
@@ -150,17 +159,18 @@ impl TileBuffers {
                 vectors: gpu.buffer("query rows", (q * d.div_ceil(4) * 16) as u64, storage | copy)?,
                 norms: gpu.buffer("query norms", (q * 4) as u64, storage | copy)?,
             },
-            row_state: gpu.buffer("row state", (q * 8) as u64, storage | copy)?,
-            failed: gpu.buffer("failed", (q * 4) as u64, storage | copy)?,
+            row_state: gpu.buffer("row state", (state_rows * 8) as u64, storage | copy)?,
+            failed: gpu.buffer("failed", (state_rows * 4) as u64, storage | copy)?,
             dist: gpu.buffer("distances", (q * tiles.dist_stride * 4) as u64, storage)?,
             aux_a: gpu.buffer("aux a", (q * tiles.scratch_stride * 8) as u64, storage)?,
             aux_b: gpu.buffer("aux b", (q * tiles.scratch_stride * 8) as u64, storage)?,
-            candidates: gpu.buffer("candidates", (q * 2 * kc * 8) as u64, storage | copy)?,
-            shortlist_len: gpu.buffer("shortlist lengths", (q * 4) as u64, storage | copy)?,
-            shortlist: gpu.buffer("shortlists", (q * tiles.shortlist_cap * 8).max(8) as u64, storage)?,
+            candidates: gpu.buffer("candidates", ((state_rows + q) * kc * 8) as u64, storage | copy)?,
+            shortlist_len: gpu.buffer("shortlist lengths", (state_rows * 4) as u64, storage | copy)?,
+            shortlist: gpu.buffer("shortlists", (state_rows * tiles.shortlist_cap * 8).max(8) as u64, storage)?,
+            state_rows,
             uniform: gpu.buffer(
                 "params",
-                (1 + 3 * column_tiles as u64) * PARAM_SLOT,
+                (1 + (slots_per_tile * column_tiles) as u64) * PARAM_SLOT,
                 wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             )?,
             staging: (0..tiles.read_backs).map(|_| read_back()).collect::<Result<_>>()?,
@@ -182,11 +192,13 @@ struct QueryTile {
     q0: usize,
     rows: usize,
     from_corpus: bool,
+    /// Part of a symmetric sweep (`TilePlan::symmetric`).
+    symmetric: bool,
 }
 
 impl CorpusSession<'_> {
-    /// Records copies of corpus rows `q0..q0 + rows`, prepared and (where kept) original, into
-    /// the query buffers.
+    /// Records copies of prepared corpus rows `q0..q0 + rows` into the query buffers (the
+    /// original rows, for exact keys, are copied when the tile is finished).
     fn copy_corpus_rows(&self, encoder: &mut wgpu::CommandEncoder, q0: usize, rows: usize, b: &TileBuffers) {
         let d = self.corpus.cols();
         let row_bytes = plan::prepared_row_bytes(d);
@@ -205,10 +217,6 @@ impl CorpusSession<'_> {
                 n * row_bytes,
             );
             encoder.copy_buffer_to_buffer(&chunk.norms, src * 4, &b.queries.norms, dst * 4, n * 4);
-        }
-        if let Some(raw) = &self.raw_corpus {
-            let raw_row = (d * 4) as u64;
-            encoder.copy_buffer_to_buffer(raw, q0 as u64 * raw_row, &b.raw_queries, 0, rows as u64 * raw_row);
         }
     }
 
@@ -268,7 +276,15 @@ impl CorpusSession<'_> {
         let gpu = self.gpu;
         let nq = queries.rows();
         let d = queries.cols();
-        let tiles = plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), gpu.max_column_tile, gpu.budget())?;
+        // A graph's queries are the resident corpus rows: copied on the GPU, not uploaded and
+        // prepared again; and where all rows' state fits, swept in symmetric blocks.
+        let from_corpus = self.plan.resident && queries_are_corpus;
+        let symmetric =
+            from_corpus.then(|| plan::plan_symmetric(nq, d, kc, self.plan, gpu.tile_caps, gpu.budget())).flatten();
+        let tiles = match symmetric {
+            Some(tiles) => tiles,
+            None => plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), gpu.tile_caps, gpu.budget())?,
+        };
         let q = tiles.query_rows;
         let column_tiles = if self.plan.resident {
             self.resident.iter().map(|c| c.rows.div_ceil(tiles.column_tile)).sum::<usize>()
@@ -300,7 +316,9 @@ impl CorpusSession<'_> {
             keys: vec![0.0; lists],
             ids: vec![0; lists],
             failed: vec![false; nq],
+            incomplete: if tiles.symmetric { vec![false; nq] } else { Vec::new() },
             shortlisted: 0,
+            symmetric: tiles.symmetric,
             ranked: certify.map(|c| BackendRanked {
                 k: c.k,
                 ids: vec![0; nq * c.k],
@@ -311,21 +329,33 @@ impl CorpusSession<'_> {
         if let Some(p) = &gpu.profiler {
             p.times.lock().unwrap_or_else(|e| e.into_inner()).allocation += started.elapsed().as_secs_f64();
         }
-        // A graph's queries are the resident corpus rows: copied on the GPU, not uploaded and
-        // prepared again.
-        let from_corpus = self.plan.resident && queries_are_corpus;
+        let query_tiles: Vec<QueryTile> = (0..nq)
+            .step_by(q)
+            .map(|q0| QueryTile { q0, rows: q.min(nq - q0), from_corpus, symmetric: tiles.symmetric })
+            .collect();
+        if tiles.symmetric {
+            // Every row's list takes keys from later tiles too: all tiles are swept before
+            // any is finished.
+            self.reset_rows(&buffers, exclude)?;
+            for tile in &query_tiles {
+                self.sweep(queries, *tile, &[], kc, tiles, &buffers)?;
+            }
+        }
         // Each tile's results are copied out of mapped memory on other threads while the next
         // tile runs on the GPU; two staging buffers alternate (with one, each copy is awaited).
         // The reader owns `out` until it is joined.
         let out = std::thread::scope(|scope| -> Result<Candidates> {
             let mut out = Some(out);
             let mut reading: Option<std::thread::ScopedJoinHandle<'_, Result<(usize, Candidates)>>> = None;
-            for (t, q0) in (0..nq).step_by(q).enumerate() {
-                let rows = q.min(nq - q0);
-                let tile = QueryTile { q0, rows, from_corpus };
+            for (t, &tile) in query_tiles.iter().enumerate() {
+                let QueryTile { q0, rows, .. } = tile;
                 let staging = &buffers.staging[t % buffers.staging.len()];
-                let read =
-                    self.query_tile(queries, tile, &exclude[q0..q0 + rows], kc, certify, tiles, &buffers, staging);
+                let read = if tiles.symmetric {
+                    Ok(())
+                } else {
+                    self.sweep(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers)
+                }
+                .and_then(|()| self.finish(tile, kc, certify, &buffers, staging));
                 // The previous tile's reader finishes first, also when this tile failed.
                 if let Some(reader) = reading.take() {
                     let (done, candidates) = join(reader)?;
@@ -358,43 +388,78 @@ impl CorpusSession<'_> {
         Ok(out)
     }
 
-    /// Runs one query tile on the GPU: distance tiles, selection and merges, exact keys and
-    /// certificates, then copies its results into `staging` and maps it for the host.
-    #[allow(clippy::too_many_arguments)]
-    fn query_tile(
+    /// Starts a symmetric sweep: every row's exclusion and empty bound, no flags, empty
+    /// shortlists.
+    fn reset_rows(&self, b: &TileBuffers, exclude: &[u32]) -> Result<()> {
+        let gpu = self.gpu;
+        let started = std::time::Instant::now();
+        let row_state: Vec<[u32; 2]> = exclude.iter().map(|&e| [e, f32::INFINITY.to_bits()]).collect();
+        gpu.ctx.queue.write_buffer(&b.row_state, 0, bytemuck::cast_slice(&row_state));
+        let mut encoder = gpu.ctx.device.create_command_encoder(&Default::default());
+        encoder.clear_buffer(&b.failed, 0, None);
+        encoder.clear_buffer(&b.shortlist_len, 0, None);
+        gpu.ctx.queue.submit([encoder.finish()]);
+        gpu.add_transfer_time(started);
+        Ok(())
+    }
+
+    /// The select kernels' bind group with the per-row arrays bound from state row `base`.
+    fn select_bind(&self, b: &TileBuffers, base: usize, kc: usize, shortlist_cap: usize) -> wgpu::BindGroup {
+        let gpu = self.gpu;
+        let base = base as u64;
+        bind_group_at(
+            &gpu.ctx.device,
+            &gpu.select.layout,
+            &b.uniform,
+            &[
+                (&b.dist, 0),
+                (&b.aux_a, 0),
+                (&b.aux_b, 0),
+                (&b.candidates, base * kc as u64 * 8),
+                (&b.failed, base * 4),
+                (&b.row_state, base * 8),
+                (&b.shortlist_len, base * 4),
+                (&b.shortlist, base * shortlist_cap as u64 * 8),
+            ],
+        )
+    }
+
+    /// Runs one query tile's distance tiles, selections and merges on the GPU. In a
+    /// symmetric sweep the tile meets the corpus rows up to its own last row, and the column
+    /// rows of earlier tiles merge what it appended to their shortlists. `exclude`: the
+    /// tile's rows' exclusions, when its per-row state is set here (not in a symmetric
+    /// sweep, which sets every row's at once).
+    fn sweep(
         &self,
         queries: MatrixRef<'_>,
         tile: QueryTile,
         exclude: &[u32],
         kc: usize,
-        certify: Option<&Certify<'_>>,
         tiles: TilePlan,
         b: &TileBuffers,
-        staging: &wgpu::Buffer,
-    ) -> Result<TileRead> {
+    ) -> Result<()> {
         let gpu = self.gpu;
         let device = &gpu.ctx.device;
         let d = queries.cols();
-        let QueryTile { q0, rows, from_corpus } = tile;
-        let started = std::time::Instant::now();
-        if !from_corpus {
-            gpu.ctx.queue.write_buffer(
-                &b.raw_queries,
-                0,
-                bytemuck::cast_slice(&queries.as_slice()[q0 * d..(q0 + rows) * d]),
-            );
+        let QueryTile { q0, rows, from_corpus, symmetric } = tile;
+        let base = if symmetric { q0 } else { 0 };
+        let cap = tiles.shortlist_cap;
+        if !symmetric {
+            let started = std::time::Instant::now();
+            if !from_corpus {
+                gpu.ctx.queue.write_buffer(
+                    &b.raw_queries,
+                    0,
+                    bytemuck::cast_slice(&queries.as_slice()[q0 * d..(q0 + rows) * d]),
+                );
+            }
+            // No bound before the first tile.
+            let row_state: Vec<[u32; 2]> = exclude.iter().map(|&e| [e, f32::INFINITY.to_bits()]).collect();
+            gpu.ctx.queue.write_buffer(&b.row_state, 0, bytemuck::cast_slice(&row_state));
+            gpu.add_transfer_time(started);
         }
-        // No bound before the first tile.
-        let row_state: Vec<[u32; 2]> = exclude.iter().map(|&e| [e, f32::INFINITY.to_bits()]).collect();
-        gpu.ctx.queue.write_buffer(&b.row_state, 0, bytemuck::cast_slice(&row_state));
-        gpu.add_transfer_time(started);
 
-        let select_bind = bind_group(
-            device,
-            &gpu.select.layout,
-            &b.uniform,
-            &[&b.dist, &b.aux_a, &b.aux_b, &b.candidates, &b.failed, &b.row_state, &b.shortlist_len, &b.shortlist],
-        );
+        let select_bind = self.select_bind(b, base, kc, cap);
         let norms_bind = bind_group(
             device,
             &gpu.norms.layout,
@@ -417,6 +482,17 @@ impl CorpusSession<'_> {
                     &b.shortlist,
                 ],
             )
+        };
+        // A symmetric sweep stops at the tile's last row: later rows meet this tile as columns.
+        let columns_end = if symmetric { q0 + rows } else { self.corpus.rows() };
+        // Column rows that merge this tile's keys: the rows of earlier tiles, a query tile's
+        // worth at a time (the auxiliary arrays hold that many rows).
+        let column_merges = |c0: usize, cols: usize| -> Vec<(usize, usize)> {
+            if !symmetric {
+                return Vec::new();
+            }
+            let end = (c0 + cols).min(q0);
+            (c0..end).step_by(tiles.query_rows).map(|r0| (r0, tiles.query_rows.min(end - r0))).collect()
         };
 
         // A resident corpus goes in one submission; a streamed one a chunk at a time.
@@ -445,6 +521,21 @@ impl CorpusSession<'_> {
                 streamed.iter().collect()
             };
             let distance_binds: Vec<wgpu::BindGroup> = chunks.iter().map(|c| distance_bind(c)).collect();
+            // Distance tiles of each chunk: (first row in the chunk, rows).
+            let column_tiles: Vec<Vec<(usize, usize)>> = chunks
+                .iter()
+                .map(|chunk| {
+                    let end = chunk.rows.min(columns_end.saturating_sub(chunk.first));
+                    (0..end).step_by(tiles.column_tile).map(|c0| (c0, tiles.column_tile.min(end - c0))).collect()
+                })
+                .collect();
+            let column_binds: Vec<wgpu::BindGroup> = chunks
+                .iter()
+                .zip(&column_tiles)
+                .flat_map(|(chunk, cts)| cts.iter().flat_map(|&(c0, cols)| column_merges(chunk.first + c0, cols)))
+                .map(|(r0, _)| self.select_bind(b, r0, kc, cap))
+                .collect();
+            let mut column_binds = column_binds.iter();
 
             let mut params = ParamSlots::default();
             let mut jobs = Vec::new();
@@ -453,13 +544,16 @@ impl CorpusSession<'_> {
                 let offset = params.push(self.norms_params(rows, d, gx));
                 jobs.push(Job { step: Step::Norms, offset, groups: (gx, gy), bind: &norms_bind });
             }
-            for (chunk, dbind) in chunks.iter().zip(&distance_binds) {
-                for c0 in (0..chunk.rows).step_by(tiles.column_tile) {
-                    let cols = tiles.column_tile.min(chunk.rows - c0);
+            let merge_groups = |rows: usize| match gpu.rows_per_subgroup_group() {
+                Some(per_group) => (grid(rows.div_ceil(per_group as usize), gpu.max_groups), per_group),
+                None => (grid(rows, gpu.max_groups), 0),
+            };
+            for ((chunk, dbind), cts) in chunks.iter().zip(&distance_binds).zip(&column_tiles) {
+                for &(c0, cols) in cts {
                     let col_base = (chunk.first + c0) as u32;
                     // From the second tile on, rows have a bound and keys under it go to
                     // their shortlists.
-                    let shortlist_cap = if first_tile { 0 } else { tiles.shortlist_cap as u32 };
+                    let shortlist_cap = if first_tile { 0 } else { cap as u32 };
                     let (gx, gy) =
                         grid(rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize), gpu.max_groups);
                     let offset = params.push(DistanceParams {
@@ -472,12 +566,14 @@ impl CorpusSession<'_> {
                         mode: metric_modes(self.metric).1,
                         groups_x: gx,
                         shortlist_cap,
-                        _pad: [0; 3],
+                        row_base: base as u32,
+                        column_end: if symmetric { q0 as u32 } else { 0 },
+                        column_cap: cap as u32,
                     });
                     jobs.push(Job { step: Step::Distance, offset, groups: (gx, gy), bind: dbind });
                     let (sx, sy) = grid(rows, gpu.max_groups);
-                    // Running lists of all rows first, then the latest tile's lists.
-                    let tile_region = (tiles.query_rows * kc) as u32;
+                    // Running lists of all state rows first, then the latest tile's lists.
+                    let tile_region = ((b.state_rows - base) * kc) as u32;
                     let select = SelectParams {
                         rows: rows as u32,
                         need: kc as u32,
@@ -498,24 +594,26 @@ impl CorpusSession<'_> {
                         ..select
                     });
                     jobs.push(Job { step: Step::SelectRows, offset, groups: (sx, sy), bind: &select_bind });
+                    // Merge: the kc best of the running list and the tile's list.
+                    let merge = SelectParams { len: 2 * kc as u32, in_stride: tile_region, ..select };
                     if !first_tile {
-                        // Merge: the kc best of the running list and the tile's list.
-                        let merge = SelectParams { len: 2 * kc as u32, in_stride: tile_region, ..select };
-                        let (offset, groups) = match gpu.rows_per_subgroup_group() {
-                            Some(per_group) => {
-                                let groups = grid(rows.div_ceil(per_group as usize), gpu.max_groups);
-                                (
-                                    params.push(SelectParams {
-                                        groups_x: groups.0,
-                                        rows_per_group: per_group,
-                                        ..merge
-                                    }),
-                                    groups,
-                                )
-                            }
-                            None => (params.push(merge), (sx, sy)),
-                        };
-                        jobs.push(Job { step: Step::Merge, offset, groups, bind: &select_bind });
+                        let ((mx, my), per_group) = merge_groups(rows);
+                        let offset = params.push(SelectParams { groups_x: mx, rows_per_group: per_group, ..merge });
+                        jobs.push(Job { step: Step::Merge, offset, groups: (mx, my), bind: &select_bind });
+                    }
+                    // The column rows' shortlists, with no tile list to fall back on.
+                    for (_, merge_rows) in column_merges(col_base as usize, cols) {
+                        let ((mx, my), per_group) = merge_groups(merge_rows);
+                        let offset = params.push(SelectParams {
+                            rows: merge_rows as u32,
+                            in_stride: NONE,
+                            shortlist_cap: cap as u32,
+                            groups_x: mx,
+                            rows_per_group: per_group,
+                            ..merge
+                        });
+                        let bind = column_binds.next().expect("a bind group per column merge");
+                        jobs.push(Job { step: Step::Merge, offset, groups: (mx, my), bind });
                     }
                     first_tile = false;
                 }
@@ -523,16 +621,47 @@ impl CorpusSession<'_> {
             gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
             let mut encoder = device.create_command_encoder(&Default::default());
             if batch_no == 0 {
-                encoder.clear_buffer(&b.failed, 0, None);
-                encoder.clear_buffer(&b.shortlist_len, 0, None);
+                if !symmetric {
+                    encoder.clear_buffer(&b.failed, 0, None);
+                    encoder.clear_buffer(&b.shortlist_len, 0, None);
+                }
                 if from_corpus {
                     self.copy_corpus_rows(&mut encoder, q0, rows, b);
                 }
             }
             gpu.submit(encoder, &jobs)?;
         }
+        Ok(())
+    }
 
+    /// Finishes one swept query tile: exact keys and certificates where the GPU computes them,
+    /// then copies its results into `staging` and maps it for the host.
+    fn finish(
+        &self,
+        tile: QueryTile,
+        kc: usize,
+        certify: Option<&Certify<'_>>,
+        b: &TileBuffers,
+        staging: &wgpu::Buffer,
+    ) -> Result<TileRead> {
+        let gpu = self.gpu;
+        let device = &gpu.ctx.device;
+        let d = self.corpus.cols();
+        let QueryTile { q0, rows, from_corpus, symmetric } = tile;
+        let base = if symmetric { q0 } else { 0 } as u64;
+        let lists_at = base * kc as u64 * 8;
         if let (Some((keys, _)), Some(raw_corpus), Some(refine)) = (&b.exact, &self.raw_corpus, &gpu.refine) {
+            let mut encoder = device.create_command_encoder(&Default::default());
+            if from_corpus {
+                let raw_row = (d * 4) as u64;
+                encoder.copy_buffer_to_buffer(
+                    raw_corpus,
+                    q0 as u64 * raw_row,
+                    &b.raw_queries,
+                    0,
+                    rows as u64 * raw_row,
+                );
+            }
             // Longer rows are read faster by several invocations each (coalesced loads).
             let (step, groups) = if d >= WIDE_ROWS {
                 (Step::RefineWide, rows * kc)
@@ -556,11 +685,11 @@ impl CorpusSession<'_> {
                 groups_x: gx,
                 _pad: [0; 3],
             });
-            let bind = bind_group(
+            let bind = bind_group_at(
                 device,
                 &refine.narrow.layout,
                 &b.uniform,
-                &[&b.raw_queries, raw_corpus, &b.candidates, keys],
+                &[(&b.raw_queries, 0), (raw_corpus, 0), (&b.candidates, lists_at), (keys, 0)],
             );
             let mut jobs = vec![Job { step, offset, groups: (gx, gy), bind: &bind }];
             let certify_bind;
@@ -576,33 +705,42 @@ impl CorpusSession<'_> {
                     floor_zero: c.floor_zero as u32,
                     _pad: [0; 2],
                 });
-                certify_bind = bind_group(
+                certify_bind = bind_group_at(
                     device,
                     &kernel.layout,
                     &b.uniform,
-                    &[&b.candidates, keys, &b.row_state, &cb.error_bounds, &cb.ids, &cb.keys, &cb.status],
+                    &[
+                        (&b.candidates, lists_at),
+                        (keys, 0),
+                        (&b.row_state, base * 8),
+                        (&cb.error_bounds, 0),
+                        (&cb.ids, 0),
+                        (&cb.keys, 0),
+                        (&cb.status, 0),
+                    ],
                 );
                 jobs.push(Job { step: Step::Certify, offset, groups: (gx, gy), bind: &certify_bind });
             }
             gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
-            gpu.submit(device.create_command_encoder(&Default::default()), &jobs)?;
+            gpu.submit(encoder, &jobs)?;
         }
 
         let started = std::time::Instant::now();
         let mut encoder = device.create_command_encoder(&Default::default());
+        let flags_at = base * 4;
         let read = if let (Some(cb), true) = (&b.certify, certify.is_some()) {
             // Only the ranked answers, the certificates and the failure flags come back.
             let k = cb.k;
             encoder.copy_buffer_to_buffer(&cb.ids, 0, staging, 0, (rows * k * 4) as u64);
             encoder.copy_buffer_to_buffer(&cb.keys, 0, staging, cb.keys_at, (rows * k * 8) as u64);
             encoder.copy_buffer_to_buffer(&cb.status, 0, staging, cb.status_at, (rows * 4) as u64);
-            encoder.copy_buffer_to_buffer(&b.failed, 0, staging, cb.flags_at, (rows * 4) as u64);
+            encoder.copy_buffer_to_buffer(&b.failed, flags_at, staging, cb.flags_at, (rows * 4) as u64);
             TileRead { q0, rows, kc, ranked: true }
         } else {
             // The running lists, the failure flags and the exact keys.
             let pair_bytes = (rows * kc * 8) as u64;
-            encoder.copy_buffer_to_buffer(&b.candidates, 0, staging, 0, pair_bytes);
-            encoder.copy_buffer_to_buffer(&b.failed, 0, staging, b.flags_at, (rows * 4) as u64);
+            encoder.copy_buffer_to_buffer(&b.candidates, lists_at, staging, 0, pair_bytes);
+            encoder.copy_buffer_to_buffer(&b.failed, flags_at, staging, b.flags_at, (rows * 4) as u64);
             if let Some((keys, at)) = &b.exact {
                 encoder.copy_buffer_to_buffer(keys, 0, staging, *at, pair_bytes);
             }
@@ -660,11 +798,15 @@ impl TileRead {
                     b.flags_at
                 }
             };
-            // Bit 0: unfinished; bit 1: took a shortlist.
+            // Bit 0: unfinished; bit 1: took a shortlist; bit 2: a column-side shortlist
+            // overflowed (symmetric sweep).
             let flags: &[u32] = bytemuck::cast_slice(at(flags_at, rows * 4));
-            for (failed, &flag) in out.failed[q0..q0 + rows].iter_mut().zip(flags) {
-                *failed = flag & 1 != 0;
+            for (i, &flag) in flags.iter().enumerate() {
+                out.failed[q0 + i] = flag & 1 != 0;
                 out.shortlisted += (flag >> 1 & 1) as usize;
+                if let Some(incomplete) = out.incomplete.get_mut(q0 + i) {
+                    *incomplete = flag & 4 != 0;
+                }
             }
         })?;
         gpu.add_transfer_time(started);

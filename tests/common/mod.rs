@@ -196,6 +196,27 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// Fewer, larger cases: several distance tiles per row under a small budget, large k.
+/// Graphs for the symmetric sweep, where each row also gathers candidates from later rows as
+/// a column. The second puts every row of its first query tiles far apart and the rest in a
+/// tight cluster around row 0, whose list, complete over the early rows, then takes far more
+/// keys from each later tile than its shortlist holds.
+pub fn symmetric_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(11);
+    let spread = 600;
+    let mut late_cluster: Vec<Vec<f32>> =
+        (0..spread).map(|i| vec![(i % 30) as f32 * 50.0, (i / 30) as f32 * 50.0, 0.0]).collect();
+    late_cluster.extend((0..900).map(|_| vec![rng.random_range(0.0..1.0f32), rng.random_range(0.0..1.0f32), 1.0]));
+    let mut cases: Vec<Case> = larger_cases().into_iter().filter(|c| c.queries.is_none()).collect();
+    cases.push(Case {
+        name: "euclidean: graph n=1500 d=3 k=4, a cluster around row 0 after 600 spread rows".into(),
+        corpus: Matrix::from_rows(&late_cluster).unwrap(),
+        queries: None,
+        k: 4,
+        metric: Metric::Euclidean,
+    });
+    cases
+}
+
 pub fn larger_cases() -> Vec<Case> {
     let mut rng = StdRng::seed_from_u64(7);
     vec![
