@@ -52,6 +52,10 @@ pub(crate) struct TilePlan {
 /// multiples of 256 bytes at most; the narrowest per-row array has 4 bytes a row).
 pub(crate) const ALIGN_ROWS: usize = 64;
 
+/// Smallest query tile a symmetric sweep aims for when the budget allows larger ones: enough
+/// distance workgroups to fill a large GPU.
+const SYMMETRIC_TILE: usize = 1024;
+
 /// Largest distance tile width: wide tiles amortise the per-tile merge of candidate lists.
 pub(crate) const MAX_COLUMN_TILE: usize = 16384;
 
@@ -171,11 +175,29 @@ fn query_row_bytes(
         + if symmetric { 0 } else { per_row_state }
 }
 
+/// Query tiles for a symmetric sweep of `n` rows of dimension `d` with `kc` candidates per
+/// row, or `None` where the sweep does not pay. T tiles compute (T + 1) / 2T of the n x n
+/// products (the GEMM, n d flops a row), but each row also merges its column-side shortlist
+/// once per later tile (about kc work, and a dispatch slot, per row and tile), and rows are
+/// read back only once every tile is swept, not behind the next tile's GEMM. Minimising
+/// G (T + 1) / 2T + c n (T - 1) / 2 gives T = sqrt(G / c n), with G / c n proportional to
+/// n d / kc; the constant and the threshold come from H100 runs (`notes/distance.md`):
+/// n=262144 d=128 kc=26 best near 12 tiles, n=2^20 d=96 kc=32 near 20, n=32768 d=128 kc=32
+/// and n=16384 d=4096 kc=640 no gain.
+fn symmetric_tiles(n: usize, d: usize, kc: usize) -> Option<usize> {
+    let work = n as f64 * d as f64 / kc as f64;
+    (work >= SYMMETRIC_MIN_WORK).then(|| ((work / 8192.0).sqrt().round() as usize).max(2))
+}
+
+/// n d / kc below which a symmetric sweep does not pay.
+const SYMMETRIC_MIN_WORK: f64 = (1 << 18) as f64;
+
 /// Plans a graph as symmetric blocks (Dashti, section 3.2): query tile I is compared with
 /// corpus rows up to its own last row only, and each key of a block below the diagonal also
 /// goes to the column row's shortlist, so every distance is computed once. `None` when that
-/// does not pay or does not fit: a single query tile, a corpus not resident in one binding,
-/// or per-row state for every corpus row over the budget or a binding.
+/// does not fit (a single query tile, a corpus not resident in one binding, per-row state for
+/// every corpus row over the budget or a binding) or, unless `forced`, does not pay
+/// ([`symmetric_tiles`]; also where the budget allows only far more tiles than that).
 pub(crate) fn plan_symmetric(
     n: usize,
     d: usize,
@@ -183,7 +205,13 @@ pub(crate) fn plan_symmetric(
     corpus: CorpusPlan,
     caps: TileCaps,
     dev: DeviceBudget,
+    forced: bool,
 ) -> Option<TilePlan> {
+    let tiles = match symmetric_tiles(n, d, kc) {
+        Some(tiles) => tiles,
+        None if forced => 2,
+        None => return None,
+    };
     if !corpus.resident || corpus.chunk_rows < n {
         return None;
     }
@@ -220,7 +248,16 @@ pub(crate) fn plan_symmetric(
     };
     let single = plan_with(1);
     let double = plan_with(2);
-    let (query_rows, read_backs) = if double >= single - single / 4 && double > 0 { (double, 2) } else { (single, 1) };
+    let (most, read_backs) = if double >= single - single / 4 && double > 0 { (double, 2) } else { (single, 1) };
+    let wanted = n.div_ceil(tiles).max(SYMMETRIC_TILE).next_multiple_of(ALIGN_ROWS);
+    // Each tile also costs a submission, a wait and a finishing pass (about a millisecond on
+    // an H100): n=262144 in 138 tiles of the 1 GiB default budget ran 838 -> 947 ms, n=2^20
+    // in 64 tiles (20 wanted) 7.5 -> 4.7 s.
+    if most == 0 || (!forced && n.div_ceil(most) > 4 * tiles) {
+        return None;
+    }
+    // Tiles of equal size: no last tile of a few rows.
+    let query_rows = n.div_ceil(n.div_ceil(wanted.min(most))).next_multiple_of(ALIGN_ROWS);
     (query_rows > 0 && query_rows < n).then_some(TilePlan {
         query_rows,
         column_tile,
@@ -293,7 +330,7 @@ mod tests {
             (3000, 24, 125, DeviceBudget { max_binding: 128 << 20, budget: 64 << 20 }),
         ] {
             let corpus = plan_corpus(n, d, dev).unwrap();
-            let t = plan_symmetric(n, d, kc, corpus, TileCaps::default(), dev)
+            let t = plan_symmetric(n, d, kc, corpus, TileCaps::default(), dev, true)
                 .unwrap_or_else(|| panic!("n={n} d={d} kc={kc}: no symmetric plan"));
             assert!(t.symmetric);
             assert!(t.query_rows.is_multiple_of(ALIGN_ROWS) && t.column_tile.is_multiple_of(ALIGN_ROWS));
@@ -313,22 +350,27 @@ mod tests {
             );
             assert!(n as u64 * prepared_row_bytes(d) + state + t.query_rows as u64 * per_query_row <= dev.budget);
         }
-        // Not worth it (one query tile) or not possible (state over the budget, streamed corpus).
-        let one_tile = DeviceBudget { max_binding: 2 << 30, budget: 16 << 30 };
-        assert!(plan_symmetric(5000, 32, 26, plan_corpus(5000, 32, one_tile).unwrap(), TileCaps::default(), one_tile)
-            .is_none());
-        let small = DeviceBudget { max_binding: 2 << 30, budget: 1 << 30 };
-        assert!(plan_symmetric(65536, 128, 1250, plan_corpus(65536, 128, small).unwrap(), TileCaps::default(), small)
-            .is_none());
-        assert!(plan_symmetric(
-            10_000_000,
-            128,
-            26,
-            plan_corpus(10_000_000, 128, LAVAPIPE).unwrap(),
-            TileCaps::default(),
-            LAVAPIPE
-        )
-        .is_none());
+        assert_eq!(symmetric_tiles(262_144, 128, 26), Some(13));
+        assert_eq!(symmetric_tiles(1 << 20, 96, 32), Some(20));
+        assert_eq!(symmetric_tiles(32768, 128, 32), None);
+        assert_eq!(symmetric_tiles(65536, 128, 1250), None);
+        assert_eq!(symmetric_tiles(16384, 4096, 640), None);
+        let auto = |n: usize, d: usize, kc: usize, dev: DeviceBudget| {
+            plan_symmetric(n, d, kc, plan_corpus(n, d, dev).unwrap(), TileCaps::default(), dev, false)
+        };
+        let h100 = DeviceBudget { max_binding: 2 << 30, budget: 16 << 30 };
+        // 13 tiles wanted; the auxiliary arrays' binding allows 16384 rows a tile.
+        let tiles = auto(262_144, 128, 26, h100).map(|t| 262_144usize.div_ceil(t.query_rows));
+        assert_eq!(tiles, Some(16));
+        // Under 1 GiB the tiles would be far smaller than the sweep needs to pay.
+        assert!(auto(262_144, 128, 26, DeviceBudget { max_binding: 2 << 30, budget: 1 << 30 }).is_none());
+        // Not possible: one query tile, state over the budget, a streamed corpus.
+        let forced = |n: usize, d: usize, kc: usize, dev: DeviceBudget| {
+            plan_symmetric(n, d, kc, plan_corpus(n, d, dev).unwrap(), TileCaps::default(), dev, true)
+        };
+        assert!(forced(1000, 32, 26, h100).is_none());
+        assert!(forced(65536, 128, 1250, DeviceBudget { max_binding: 2 << 30, budget: 1 << 30 }).is_none());
+        assert!(forced(10_000_000, 128, 26, LAVAPIPE).is_none());
     }
 
     #[test]

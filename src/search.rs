@@ -73,6 +73,10 @@ pub struct Options {
     /// values cut small graphs into several tiles, so that tests reach symmetric blocks.
     #[doc(hidden)]
     pub max_query_tile: Option<usize>,
+    /// Whether GPU graphs are swept in symmetric blocks where memory allows: `None` lets
+    /// the planner decide (small k relative to n and d), `Some` forces it on or off.
+    #[doc(hidden)]
+    pub symmetric_graphs: Option<bool>,
     /// Depth of the distance kernel's workgroup tiles: 4, 8, 16 (default) or 32. For tuning.
     #[doc(hidden)]
     pub distance_tile_depth: Option<u32>,
@@ -91,6 +95,7 @@ impl std::fmt::Debug for Options {
             .field("max_workgroups_per_dimension", &self.max_workgroups_per_dimension)
             .field("max_column_tile", &self.max_column_tile)
             .field("max_query_tile", &self.max_query_tile)
+            .field("symmetric_graphs", &self.symmetric_graphs)
             .field("distance_tile_depth", &self.distance_tile_depth)
             .finish()
     }

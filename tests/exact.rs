@@ -74,6 +74,8 @@ fn gpu_tiles(
         max_workgroups_per_dimension: memory_budget.map(|_| 3),
         max_column_tile,
         max_query_tile,
+        // Symmetric blocks wherever they fit, also where the planner would not choose them.
+        symmetric_graphs: max_query_tile.map(|_| true),
         ..Options::default()
     };
     let knn = Knn::new(options).unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));

@@ -174,6 +174,8 @@ pub(crate) struct GpuEngine {
     max_groups: u32,
     /// Caps on distance tiles and query tiles.
     tile_caps: plan::TileCaps,
+    /// Symmetric blocks for graphs: forced on or off, or `None` for the planner's choice.
+    symmetric_graphs: Option<bool>,
     /// The buffers of the last round of candidates, kept for the next call of the same shape
     /// (as FAISS and PyTorch keep temporary memory): creating and first touching a few GiB
     /// costs more than a small graph's whole computation.
@@ -390,6 +392,7 @@ impl GpuEngine {
             certify,
             profiler,
             max_groups,
+            symmetric_graphs: options.symmetric_graphs,
             tile_caps: plan::TileCaps {
                 column: options.max_column_tile.unwrap_or(plan::MAX_COLUMN_TILE).max(1),
                 query: options.max_query_tile.unwrap_or(usize::MAX).max(1),

@@ -279,8 +279,10 @@ impl CorpusSession<'_> {
         // A graph's queries are the resident corpus rows: copied on the GPU, not uploaded and
         // prepared again; and where all rows' state fits, swept in symmetric blocks.
         let from_corpus = self.plan.resident && queries_are_corpus;
-        let symmetric =
-            from_corpus.then(|| plan::plan_symmetric(nq, d, kc, self.plan, gpu.tile_caps, gpu.budget())).flatten();
+        let forced = gpu.symmetric_graphs == Some(true);
+        let symmetric = (from_corpus && gpu.symmetric_graphs != Some(false))
+            .then(|| plan::plan_symmetric(nq, d, kc, self.plan, gpu.tile_caps, gpu.budget(), forced))
+            .flatten();
         let tiles = match symmetric {
             Some(tiles) => tiles,
             None => plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), gpu.tile_caps, gpu.budget())?,

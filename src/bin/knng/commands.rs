@@ -32,6 +32,7 @@ impl EngineArgs {
             progress: bar.callback(),
             profile,
             distance_tile_depth: self.tile_depth,
+            symmetric_graphs: self.symmetric,
             ..Options::default()
         };
         Ok(Knn::new(options)?)

@@ -62,6 +62,9 @@ struct EngineArgs {
     /// Depth of the distance kernel's workgroup tiles (4, 8, 16 or 32), for tuning.
     #[arg(long, value_name = "DEPTH", hide = true)]
     tile_depth: Option<u32>,
+    /// Graphs in symmetric blocks: on, off, or chosen by the planner (default), for tuning.
+    #[arg(long, value_name = "ON|OFF", hide = true, value_parser = on_off)]
+    symmetric: Option<bool>,
     /// GPU memory knng may allocate, in MiB (default 1024). Larger values mean fewer,
     /// larger tiles; an out-of-memory error halves it and retries.
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
@@ -251,5 +254,13 @@ fn main() -> ExitCode {
         }
         // The hook has already said what happened.
         Err(_) => ExitCode::from(1),
+    }
+}
+
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: expected on or off")),
     }
 }
