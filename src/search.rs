@@ -54,8 +54,9 @@ pub struct Options {
     pub no_subgroups: bool,
     /// In [`Knn::graph`], count each point as its own nearest neighbour.
     pub include_self: bool,
-    /// GPU memory the engine may allocate, in bytes (default: 1 GiB, or less when the
-    /// adapter's limits are lower).
+    /// GPU memory the engine may allocate, in bytes (default: 4 GiB on discrete GPUs, 1 GiB
+    /// on others; wgpu does not report an adapter's memory). An allocation that fails halves
+    /// it and runs again.
     pub memory_budget: Option<u64>,
     /// Called as query rows are finished.
     pub progress: Option<Progress>,

@@ -35,8 +35,12 @@ use crate::search::Options;
 use context::Context;
 pub use context::{adapters, AdapterReport};
 
-/// Default GPU memory budget.
+/// Default GPU memory budget: wgpu does not report how much memory an adapter has, so this
+/// is what any adapter of its kind can be expected to hold. Discrete GPUs of the last several
+/// years have 6 GiB or more; integrated and software adapters share the host's memory. An
+/// allocation that fails anyway halves the budget and runs again (`retry_smaller`).
 const DEFAULT_BUDGET: u64 = 1 << 30;
+const DISCRETE_BUDGET: u64 = 4 << 30;
 /// Dimension from which exact keys are computed by a group of 8 invocations per candidate.
 const GROUPED_ROWS: usize = 32;
 /// Dimension from which exact keys are computed by a workgroup per candidate.
@@ -331,7 +335,9 @@ impl GpuEngine {
         })?;
         ctx.wait()?;
         let max_binding = ctx.limits.max_storage_buffer_binding_size.min(ctx.limits.max_buffer_size);
-        let budget = options.memory_budget.unwrap_or(DEFAULT_BUDGET).into();
+        let default_budget =
+            if ctx.info.device_type == wgpu::DeviceType::DiscreteGpu { DISCRETE_BUDGET } else { DEFAULT_BUDGET };
+        let budget = options.memory_budget.unwrap_or(default_budget).into();
         let profiler = if ctx.timestamps {
             let capacity = 4096;
             Some(Profiler {

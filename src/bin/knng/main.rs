@@ -65,8 +65,8 @@ struct EngineArgs {
     /// Graphs in symmetric blocks: on, off, or chosen by the planner (default), for tuning.
     #[arg(long, value_name = "ON|OFF", hide = true, value_parser = on_off)]
     symmetric: Option<bool>,
-    /// GPU memory knng may allocate, in MiB (default 1024). Larger values mean fewer,
-    /// larger tiles; an out-of-memory error halves it and retries.
+    /// GPU memory knng may allocate, in MiB (default 4096 on discrete GPUs, 1024 on others).
+    /// Larger values mean fewer, larger tiles; an out-of-memory error halves it and retries.
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
     gpu_memory: Option<u64>,
     /// CPU threads (default: one per core).
