@@ -26,7 +26,7 @@ fn validate(name: &str, source: &str, subgroups: bool, f64: bool) -> (naga::Modu
 #[test]
 fn shaders_validate_and_translate_for_every_platform() {
     let modules = knng::gpu_shader_sources();
-    assert_eq!(modules.len(), 6, "a shader module was added or lost; update this test");
+    assert_eq!(modules.len(), 7, "a shader module was added or lost; update this test");
     let distance = modules.iter().find(|m| m.name == "distance").expect("distance module");
     assert!(
         distance.source.contains("const k = 15u;") && !distance.source.contains("for (var k = 0u; k < BK; k++)"),
@@ -35,6 +35,11 @@ fn shaders_validate_and_translate_for_every_platform() {
     assert!(
         distance.source.contains("const half = 1u;") && !distance.source.contains("for (var j = 0u; j < 4u; j++)"),
         "the distance kernel's epilogue loops were not unrolled"
+    );
+    let refine4 = modules.iter().find(|m| m.name == "refine_vec4").expect("refine_vec4 module");
+    assert!(
+        refine4.source.contains("const u = 3u;") && !refine4.source.contains("for (var u = 0u; u < DEPTH; u++)"),
+        "the vec4 exact-key kernel's load loops were not unrolled"
     );
     for m in modules {
         let name = m.name;

@@ -136,6 +136,8 @@ struct RefineKernels {
     grouped: wgpu::ComputePipeline,
     /// One workgroup per candidate, from `WIDE_ROWS` values a row.
     wide: wgpu::ComputePipeline,
+    /// The same from vec4 loads, for rows of a multiple of 4 values (`refine_vec4.wgsl`).
+    wide4: wgpu::ComputePipeline,
 }
 
 /// `Params` of refine.wgsl.
@@ -383,7 +385,9 @@ impl GpuEngine {
                 let module = shader_module(&ctx, "refine", shaders::REFINE, Checks::Checked);
                 let grouped = pipeline(&ctx, "refine grouped", &narrow.layout, &module, "exact_keys_grouped", &[]);
                 let wide = pipeline(&ctx, "refine wide", &narrow.layout, &module, "exact_keys_wide", &[]);
-                RefineKernels { narrow, grouped, wide }
+                let module4 = shader_module(&ctx, "refine vec4", &shaders::refine_vec4(), Checks::Checked);
+                let wide4 = pipeline(&ctx, "refine wide vec4", &narrow.layout, &module4, "exact_keys_wide4", &[]);
+                RefineKernels { narrow, grouped, wide, wide4 }
             })?)
         } else {
             None
@@ -517,6 +521,7 @@ enum Step {
     Refine,
     RefineGrouped,
     RefineWide,
+    RefineWide4,
     Certify,
 }
 
@@ -604,7 +609,7 @@ impl GpuTimes {
             Step::Distance => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
             Step::Merge => self.merge += seconds,
-            Step::Refine | Step::RefineGrouped | Step::RefineWide => self.refine += seconds,
+            Step::Refine | Step::RefineGrouped | Step::RefineWide | Step::RefineWide4 => self.refine += seconds,
             Step::Certify => self.certify += seconds,
         }
     }
@@ -655,6 +660,7 @@ impl GpuEngine {
                     Step::Refine => &self.refine.as_ref().expect("only planned with f64").narrow.pipeline,
                     Step::RefineGrouped => &self.refine.as_ref().expect("only planned with f64").grouped,
                     Step::RefineWide => &self.refine.as_ref().expect("only planned with f64").wide,
+                    Step::RefineWide4 => &self.refine.as_ref().expect("only planned with f64").wide4,
                     Step::Certify => &self.certify.as_ref().expect("only planned with f64").pipeline,
                 };
                 let stamp = timed.filter(|&(_, n)| (i as u32) < n).map(|(p, _)| p);

@@ -665,7 +665,9 @@ impl CorpusSession<'_> {
                 );
             }
             // Longer rows are read faster by several invocations each (coalesced loads).
-            let (step, groups) = if d >= WIDE_ROWS {
+            let (step, groups) = if d >= WIDE_ROWS && d.is_multiple_of(4) {
+                (Step::RefineWide4, rows * kc)
+            } else if d >= WIDE_ROWS {
                 (Step::RefineWide, rows * kc)
             } else if d >= GROUPED_ROWS {
                 (Step::RefineGrouped, (rows * kc).div_ceil(8))

@@ -10,6 +10,9 @@ const SELECT: &str = include_str!("../../shaders/select.wgsl");
 const SELECT_ENTRY_SUBGROUP: &str = include_str!("../../shaders/select_entry_subgroup.wgsl");
 /// Exact float64 keys of the candidates (`shaders/refine.wgsl`); needs SHADER_F64.
 pub const REFINE: &str = include_str!("../../shaders/refine.wgsl");
+/// Exact float64 keys of long rows from vec4 loads (`shaders/refine_vec4.wgsl`), before
+/// unrolling; needs SHADER_F64.
+const REFINE_VEC4: &str = include_str!("../../shaders/refine_vec4.wgsl");
 /// Ranking by exact keys and the certificate, per row (`shaders/certify.wgsl`); needs SHADER_F64.
 pub const CERTIFY: &str = include_str!("../../shaders/certify.wgsl");
 /// One subgroup per row, for short rows (`shaders/select_per_subgroup.wgsl`).
@@ -30,6 +33,11 @@ pub fn select(subgroups: bool) -> String {
 /// The distance GEMM for workgroup tiles `depth` deep, its marked loops unrolled.
 pub fn distance(depth: u32) -> String {
     unroll(DISTANCE, &[("BK", depth)])
+}
+
+/// The vec4 exact-key kernel, its marked loops unrolled.
+pub fn refine_vec4() -> String {
+    unroll(REFINE_VEC4, &[("DEPTH", 4)])
 }
 
 /// Expands each loop marked `// unroll(VAR, BOUND)` into one block per iteration, each binding
@@ -96,6 +104,7 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("select_subgroup", select(true), true, false),
         m("select_workgroup", select(false), false, false),
         m("refine", REFINE.to_string(), false, true),
+        m("refine_vec4", refine_vec4(), false, true),
         m("certify", CERTIFY.to_string(), false, true),
     ]
 }

@@ -173,6 +173,8 @@ pub fn cases() -> Vec<Case> {
         add(format!("{m}: lattice ties"), lattice(&mut rng, 150, 5, 3, 0.0), None, 10, metric);
         add(format!("{m}: offset 1000 lattice"), lattice(&mut rng, 120, 16, 4, 1000.0), None, 8, metric);
         add(format!("{m}: wide rows d=300 k=9"), random(&mut rng, 150, 300, 2.0), None, 9, metric);
+        // Long rows whose length is not a multiple of 4 take the scalar exact-key kernel.
+        add(format!("{m}: wide rows d=258 k=5"), random(&mut rng, 60, 258, 2.0), None, 5, metric);
         add(
             format!("{m}: search 300 x 70 k=20 offset"),
             random(&mut rng, 300, 70, 50.0),
