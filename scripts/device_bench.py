@@ -8,6 +8,7 @@ Run from the repository root on the lent GPU machine (see ../shared/DEVICE.md), 
     python3 scripts/device_bench.py            # the main table
     python3 scripts/device_bench.py --large    # also n = 2^20 (about a minute more)
     python3 scripts/device_bench.py --scaling  # also the n and k scaling curves
+    python3 scripts/device_bench.py --only-scaling
 
 Prints one line per case: knng's time, the peer's time from the same run, and the ratio
 (knng / peer; lower is better), plus knng's per-kernel GPU times.
@@ -58,7 +59,8 @@ def graph_case(n, d, k, extra=()):
     g = r.get("gpu") or {}
     phases = " ".join(f"{name[:-2]}={v * 1e3:.0f}ms" for name, v in g.items())
     print(f"graph n={n} d={d} k={k}: knng {ms:.1f} ms, torch {peer_ms:.1f} ms, ratio {ms / peer_ms:.2f} "
-          f"| refine {r['refine_s'] * 1e3:.0f}ms {phases}", flush=True)
+          f"| host: prepare {r['prepare_s'] * 1e3:.0f}ms refine {r['refine_s'] * 1e3:.0f}ms "
+          f"| symmetric rows {r.get('rows_in_symmetric_blocks', 0)} | {phases}", flush=True)
     return r
 
 
@@ -66,11 +68,15 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--large", action="store_true")
     p.add_argument("--scaling", action="store_true")
+    p.add_argument("--only-scaling", action="store_true", help="the scaling curves alone")
     a = p.parse_args()
     setup()
     print(subprocess.run([KNNG, "info"], capture_output=True, text=True).stdout, flush=True)
+    if a.only_scaling:
+        scaling()
+        return
 
-    graph_case(262144, 128, 10, ["--gpu-memory", "16384"])
+    graph_case(262144, 128, 10)
     if a.large:
         graph_case(1048576, 96, 16, ["--gpu-memory", "16384"])
     graph_case(65536, 128, 1000)
@@ -104,10 +110,14 @@ def main():
         print(f"select 8192 x 65536 k={k}: knng {ms:.2f} ms{kernel}, torch.topk {peer_ms:.2f} ms, ratio {ms / peer_ms:.2f}")
 
     if a.scaling:
-        for e in range(14, 21):
-            graph_case(2 ** e, 128, 16, ["--gpu-memory", "16384"])
-        for k in (1, 4, 16, 64, 256, 1024, 4096):
-            graph_case(65536, 128, k)
+        scaling()
+
+
+def scaling():
+    for e in range(14, 21):
+        graph_case(2 ** e, 128, 16, ["--gpu-memory", "16384"])
+    for k in (1, 4, 16, 64, 256, 1024, 4096):
+        graph_case(65536, 128, k)
 
 
 if __name__ == "__main__":
