@@ -209,6 +209,15 @@ pub fn symmetric_cases() -> Vec<Case> {
         (0..spread).map(|i| vec![(i % 30) as f32 * 50.0, (i / 30) as f32 * 50.0, 0.0]).collect();
     late_cluster.extend((0..900).map(|_| vec![rng.random_range(0.0..1.0f32), rng.random_range(0.0..1.0f32), 1.0]));
     let mut cases: Vec<Case> = larger_cases().into_iter().filter(|c| c.queries.is_none()).collect();
+    for metric in [Metric::Cosine, Metric::Correlation] {
+        cases.push(Case {
+            name: format!("{}: graph n=1200 d=16 k=7", metric.name()),
+            corpus: random(&mut rng, 1200, 16, 0.5),
+            queries: None,
+            k: 7,
+            metric,
+        });
+    }
     cases.push(Case {
         name: "euclidean: graph n=1500 d=3 k=4, a cluster around row 0 after 600 spread rows".into(),
         corpus: Matrix::from_rows(&late_cluster).unwrap(),
