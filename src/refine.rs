@@ -45,28 +45,52 @@ pub(crate) struct Candidates {
     pub ranked: Option<BackendRanked>,
 }
 
-/// Answers ranked and certified on the backend: the decision of [`refine`] for every row.
+/// Answers ranked and certified on the backend: the decision of [`refine`] for every row,
+/// already in the output's form (rows of `k`, as [`write_row`] leaves them).
 #[derive(Debug)]
 pub(crate) struct BackendRanked {
     pub k: usize,
-    /// `queries x k` corpus rows, ascending by (exact key, row).
+    /// `queries x k` corpus rows, ascending by reported distance, then row.
     pub ids: Vec<u32>,
-    /// `queries x k` exact keys.
-    pub keys: Vec<f64>,
+    /// `queries x k` reported distances.
+    pub distances: Vec<f32>,
     /// Per row: 0 accepted, 2 + m accepted with only m < k neighbours, 1 not proven.
     pub status: Vec<u32>,
 }
 
 impl BackendRanked {
-    /// Row `slot`'s answer as (exact keys, corpus rows), or `None` when its certificate failed.
-    pub fn answer(&self, slot: usize) -> Option<(&[f64], &[u32])> {
-        let m = match self.status[slot] {
-            0 => self.k,
-            1 => return None,
-            s => (s - 2) as usize,
-        };
+    /// How many neighbours row `slot` has, or `None` when its certificate failed.
+    pub fn found(&self, slot: usize) -> Option<usize> {
+        match self.status[slot] {
+            0 => Some(self.k),
+            1 => None,
+            s => Some((s - 2) as usize),
+        }
+    }
+
+    /// Row `slot`'s first `m` answers: (corpus rows, distances).
+    pub fn row(&self, slot: usize, m: usize) -> (&[u32], &[f32]) {
         let at = slot * self.k;
-        Some((&self.keys[at..at + m], &self.ids[at..at + m]))
+        (&self.ids[at..at + m], &self.distances[at..at + m])
+    }
+}
+
+/// Writes one row's answer, given ascending by (exact key, row), as reported distances. The
+/// f32 distance is monotone in the key, so rows that round to the same distance are adjacent;
+/// they are then listed by index, so that the output is sorted as reported.
+pub(crate) fn write_row(metric: Metric, answer: impl Iterator<Item = (f64, u32)>, ids: &mut [u32], dists: &mut [f32]) {
+    let mut m = 0;
+    for ((id, dist), (key, j)) in ids.iter_mut().zip(dists.iter_mut()).zip(answer) {
+        *id = j;
+        *dist = metric.key_to_distance(key);
+        m += 1;
+    }
+    let mut start = 0;
+    while start < m {
+        let bits = dists[start].to_bits();
+        let end = start + dists[start..m].iter().take_while(|d| d.to_bits() == bits).count();
+        ids[start..end].sort_unstable();
+        start = end;
     }
 }
 
@@ -202,13 +226,30 @@ mod tests {
     fn backend_ranked_rows_decode_by_status() {
         let ranked = BackendRanked {
             k: 2,
-            ids: vec![4, 7, 1, NONE, 9, 3],
-            keys: vec![0.5, 1.5, 2.0, 0.0, 3.0, 4.0],
+            ids: vec![4, 7, 1, 0, 9, 3],
+            distances: vec![0.5, 1.5, 2.0, 0.0, 3.0, 4.0],
             status: vec![0, 3, 1],
         };
-        assert_eq!(ranked.answer(0), Some((&[0.5, 1.5][..], &[4, 7][..])));
-        assert_eq!(ranked.answer(1), Some((&[2.0][..], &[1][..])));
-        assert_eq!(ranked.answer(2), None);
+        assert_eq!(ranked.found(0), Some(2));
+        assert_eq!(ranked.row(0, 2), (&[4, 7][..], &[0.5, 1.5][..]));
+        assert_eq!(ranked.found(1), Some(1));
+        assert_eq!(ranked.row(1, 1), (&[1][..], &[2.0][..]));
+        assert_eq!(ranked.found(2), None);
+    }
+
+    #[test]
+    fn rows_that_round_to_one_distance_are_listed_by_index() {
+        let (mut ids, mut dists) = (vec![0u32; 4], vec![0f32; 4]);
+        // Ascending exact keys; the first two differ in float64 but not as f32 distances.
+        let answer = [(1.0, 9), (1.0 + 1e-12, 4), (4.0, 7), (4.0, 2)];
+        write_row(Metric::SqEuclidean, answer.into_iter(), &mut ids, &mut dists);
+        assert_eq!(ids, [4, 9, 2, 7]);
+        assert_eq!(dists, [1.0, 1.0, 4.0, 4.0]);
+
+        // Inner product: keys are negated products, distances the products, descending.
+        write_row(Metric::InnerProduct, [(-3.0, 5), (-3.0, 1), (-2.0, 0)].into_iter(), &mut ids[..3], &mut dists[..3]);
+        assert_eq!(ids[..3], [1, 5, 0]);
+        assert_eq!(dists[..3], [3.0, 3.0, 2.0]);
     }
 
     #[test]

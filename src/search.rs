@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{GpuEngine, GpuTimes};
 use crate::metric::Metric;
 use crate::prepare;
-use crate::refine::{self, Candidates, Certify, Query, NONE};
+use crate::refine::{self, write_row, Candidates, Certify, Query, NONE};
 
 /// Which engine computes the candidates.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -313,7 +313,7 @@ impl Knn {
             };
             let clock = std::time::Instant::now();
             let error_bound = |i: usize| prepare::key_error_bound(metric, d, query_stats.scale[i], corpus_max);
-            let cands: Candidates = match &mut session {
+            let mut cands: Candidates = match &mut session {
                 Session::Cpu(s) => s.candidates(q_view, ex_view, kc, &report),
                 Session::Gpu(s) => {
                     let Engine::Gpu(g) = engine else { unreachable!("a GPU session has a GPU engine") };
@@ -339,6 +339,14 @@ impl Knn {
             let clock = std::time::Instant::now();
             let brute_forced = std::sync::atomic::AtomicUsize::new(0);
             let overflowed = std::sync::atomic::AtomicUsize::new(0);
+            // Answers ranked on the GPU are already rows of the output: in a round over every
+            // row they become the output (rows not proven are rewritten by later rounds).
+            let mut ranked = cands.ranked.take();
+            let in_place = pending.len() == nq && ranked.is_some();
+            if let (true, Some(r)) = (in_place, ranked.as_mut()) {
+                indices = std::mem::take(&mut r.ids);
+                distances = std::mem::take(&mut r.distances);
+            }
             let mut slot_of = vec![NONE; nq];
             for (slot, &i) in pending.iter().enumerate() {
                 slot_of[i] = slot as u32;
@@ -358,9 +366,13 @@ impl Knn {
                     let ranked = if cands.failed[slot] {
                         brute_forced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         refine::brute_force(q)
-                    } else if let Some(ranked) = &cands.ranked {
-                        let Some((keys, ids)) = ranked.answer(slot) else { return Some(i) };
-                        write_row(metric, keys.iter().copied().zip(ids.iter().copied()), row_ids, row_dists);
+                    } else if let Some(ranked) = &ranked {
+                        let Some(m) = ranked.found(slot) else { return Some(i) };
+                        if !in_place {
+                            let (ids, dists) = ranked.row(slot, m);
+                            row_ids[..m].copy_from_slice(ids);
+                            row_dists[..m].copy_from_slice(dists);
+                        }
                         return None;
                     } else {
                         let range = slot * cands.kc..(slot + 1) * cands.kc;
@@ -398,25 +410,6 @@ impl Knn {
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
 
         Ok(Neighbors { indices, distances, queries: nq, k })
-    }
-}
-
-/// Writes one row's answer, given ascending by (exact key, row), as reported distances. The
-/// f32 distance is monotone in the key, so rows that round to the same distance are adjacent;
-/// they are then listed by index, so that the output is sorted as reported.
-fn write_row(metric: Metric, answer: impl Iterator<Item = (f64, u32)>, ids: &mut [u32], dists: &mut [f32]) {
-    let mut m = 0;
-    for ((id, dist), (key, j)) in ids.iter_mut().zip(dists.iter_mut()).zip(answer) {
-        *id = j;
-        *dist = metric.key_to_distance(key);
-        m += 1;
-    }
-    let mut start = 0;
-    while start < m {
-        let bits = dists[start].to_bits();
-        let end = start + dists[start..m].iter().take_while(|d| d.to_bits() == bits).count();
-        ids[start..end].sort_unstable();
-        start = end;
     }
 }
 
@@ -468,24 +461,4 @@ pub fn search(corpus: MatrixRef<'_>, queries: MatrixRef<'_>, k: usize, metric: M
 /// [`Knn::graph`] with default options (the best available backend).
 pub fn graph(data: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
     Knn::new(Options::default())?.graph(data, k, metric)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rows_that_round_to_one_distance_are_listed_by_index() {
-        let (mut ids, mut dists) = (vec![0u32; 4], vec![0f32; 4]);
-        // Ascending exact keys; the first two differ in float64 but not as f32 distances.
-        let answer = [(1.0, 9), (1.0 + 1e-12, 4), (4.0, 7), (4.0, 2)];
-        write_row(Metric::SqEuclidean, answer.into_iter(), &mut ids, &mut dists);
-        assert_eq!(ids, [4, 9, 2, 7]);
-        assert_eq!(dists, [1.0, 1.0, 4.0, 4.0]);
-
-        // Inner product: keys are negated products, distances the products, descending.
-        write_row(Metric::InnerProduct, [(-3.0, 5), (-3.0, 1), (-2.0, 0)].into_iter(), &mut ids[..3], &mut dists[..3]);
-        assert_eq!(ids[..3], [1, 5, 0]);
-        assert_eq!(dists[..3], [3.0, 3.0, 2.0]);
-    }
 }

@@ -12,7 +12,7 @@ use crate::data::MatrixRef;
 use crate::error::Result;
 use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, TilePlan};
-use crate::refine::{BackendRanked, Candidates, Certify, NONE};
+use crate::refine::{write_row, BackendRanked, Candidates, Certify, NONE};
 
 /// Prepared corpus rows are also the query rows of a graph, copied on the GPU.
 const STORAGE_COPY_SRC: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC);
@@ -324,7 +324,7 @@ impl CorpusSession<'_> {
             ranked: certify.map(|c| BackendRanked {
                 k: c.k,
                 ids: vec![0; nq * c.k],
-                keys: vec![0.0; nq * c.k],
+                distances: vec![0.0; nq * c.k],
                 status: vec![1; nq],
             }),
         };
@@ -367,8 +367,9 @@ impl CorpusSession<'_> {
                 let read = read?;
                 let mut candidates = out.take().expect("no reader holds the candidates");
                 let b = &buffers;
+                let metric = self.metric;
                 let reader = scope.spawn(move || {
-                    read.copy_out(gpu, b, staging, &mut candidates)?;
+                    read.copy_out(gpu, metric, b, staging, &mut candidates)?;
                     Ok((q0 + rows, candidates))
                 });
                 if buffers.staging.len() > 1 {
@@ -768,20 +769,41 @@ struct TileRead {
 
 impl TileRead {
     /// Copies the tile's results out of `staging` and unmaps it.
-    fn copy_out(&self, gpu: &GpuEngine, b: &TileBuffers, staging: &wgpu::Buffer, out: &mut Candidates) -> Result<()> {
+    fn copy_out(
+        &self,
+        gpu: &GpuEngine,
+        metric: Metric,
+        b: &TileBuffers,
+        staging: &wgpu::Buffer,
+        out: &mut Candidates,
+    ) -> Result<()> {
         let started = std::time::Instant::now();
         let TileRead { q0, rows, kc, ranked } = *self;
         read_mapped(staging, |bytes| {
             let at = |offset: u64, len: usize| &bytes[offset as usize..offset as usize + len];
             let flags_at = match (&b.certify, out.ranked.as_mut()) {
                 (Some(cb), Some(answers)) if ranked => {
+                    // Straight into the output's form, on every core: reported distances, rows
+                    // of one distance by index (`write_row`).
                     let k = cb.k;
-                    parallel_copy(&mut answers.ids[q0 * k..(q0 + rows) * k], bytemuck::cast_slice(at(0, rows * k * 4)));
-                    parallel_copy(
-                        &mut answers.keys[q0 * k..(q0 + rows) * k],
-                        bytemuck::cast_slice(at(cb.keys_at, rows * k * 8)),
-                    );
-                    answers.status[q0..q0 + rows].copy_from_slice(bytemuck::cast_slice(at(cb.status_at, rows * 4)));
+                    let ids: &[u32] = bytemuck::cast_slice(at(0, rows * k * 4));
+                    let keys: &[f64] = bytemuck::cast_slice(at(cb.keys_at, rows * k * 8));
+                    let status = &mut answers.status[q0..q0 + rows];
+                    status.copy_from_slice(bytemuck::cast_slice(at(cb.status_at, rows * 4)));
+                    answers.ids[q0 * k..(q0 + rows) * k]
+                        .par_chunks_mut(k)
+                        .zip(answers.distances[q0 * k..(q0 + rows) * k].par_chunks_mut(k))
+                        .zip(ids.par_chunks(k).zip(keys.par_chunks(k)))
+                        .zip(status.par_iter())
+                        .for_each(|(((out_ids, out_dists), (ids, keys)), &status)| {
+                            let m = match status {
+                                0 => k,
+                                1 => 0,
+                                s => (s - 2) as usize,
+                            };
+                            let answer = keys[..m].iter().copied().zip(ids[..m].iter().copied());
+                            write_row(metric, answer, out_ids, out_dists);
+                        });
                     cb.flags_at
                 }
                 _ => {
