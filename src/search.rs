@@ -58,7 +58,8 @@ pub struct Options {
     /// on others; wgpu does not report an adapter's memory). An allocation that fails halves
     /// it and runs again.
     pub memory_budget: Option<u64>,
-    /// Called as query rows are finished.
+    /// Called as query rows are finished. A graph swept in symmetric blocks finishes its rows
+    /// only at the end; the sweep before reports up to 90% of them as it goes.
     pub progress: Option<Progress>,
     /// Time every GPU kernel with timestamp queries (where the adapter supports them inside
     /// compute passes) and report the times in [`RunStats::gpu`].

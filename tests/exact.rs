@@ -169,7 +169,34 @@ fn gpu_large_corpus_matches_float64_oracle() {
 
 /// Graphs swept in symmetric blocks: query tiles of 256 rows, distance tiles of 384, and a
 /// budget that holds every row's lists and shortlists.
-fn run_symmetric(knn: &Knn) {
+fn run_symmetric(no_subgroups: bool) {
+    let Some(knn) = gpu_tiles(no_subgroups, Some(SYMMETRIC_BUDGET), Some(NARROW_TILE), Some(256)) else { return };
+    // The same engine with a progress callback: reports must rise to the total.
+    let reports = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = reports.clone();
+    let progress: knng::Progress = std::sync::Arc::new(move |done, total| sink.lock().unwrap().push((done, total)));
+    let with_progress = Knn::new(Options {
+        backend: Backend::Gpu,
+        adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+        no_subgroups,
+        memory_budget: Some(SYMMETRIC_BUDGET),
+        max_column_tile: Some(NARROW_TILE),
+        max_query_tile: Some(256),
+        symmetric_graphs: Some(true),
+        progress: Some(progress),
+        ..Options::default()
+    })
+    .unwrap();
+    let case = &symmetric_cases()[0];
+    with_progress.graph(case.corpus.view(), case.k, case.metric).unwrap();
+    assert!(with_progress.last_run().rows_in_symmetric_blocks > 0);
+    let reports = reports.lock().unwrap();
+    let n = case.corpus.rows() as u64;
+    assert!(reports.len() > 2, "progress was reported {} times", reports.len());
+    assert!(reports.windows(2).all(|w| w[0].0 <= w[1].0), "progress went backwards: {reports:?}");
+    assert!(reports.iter().any(|&(done, _)| done > 0 && done < n), "no progress before the end: {reports:?}");
+    assert_eq!(reports.last(), Some(&(n, n)));
+
     for case in symmetric_cases() {
         let label = format!("[{}] {}", knn.description(), case.name);
         let got = knn.graph(case.corpus.view(), case.k, case.metric).unwrap_or_else(|e| panic!("{label}: {e}"));
@@ -188,14 +215,10 @@ const SYMMETRIC_BUDGET: u64 = 64 << 20;
 
 #[test]
 fn gpu_subgroup_select_symmetric_graphs() {
-    if let Some(knn) = gpu_tiles(false, Some(SYMMETRIC_BUDGET), Some(NARROW_TILE), Some(256)) {
-        run_symmetric(&knn);
-    }
+    run_symmetric(false);
 }
 
 #[test]
 fn gpu_workgroup_select_symmetric_graphs() {
-    let knn = gpu_tiles(true, Some(SYMMETRIC_BUDGET), Some(NARROW_TILE), Some(256))
-        .expect("the workgroup select runs on every adapter");
-    run_symmetric(&knn);
+    run_symmetric(true);
 }

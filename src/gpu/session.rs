@@ -14,6 +14,9 @@ use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, TilePlan};
 use crate::refine::{write_row, BackendRanked, Candidates, Certify, NONE};
 
+/// Share of a symmetric graph's progress reports given to the sweep, before any row is final.
+const SWEEP_SHARE: f64 = 0.9;
+
 /// Prepared corpus rows are also the query rows of a graph, copied on the GPU.
 const STORAGE_COPY_SRC: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC);
 
@@ -341,8 +344,17 @@ impl CorpusSession<'_> {
             self.reset_rows(&buffers, exclude)?;
             for tile in &query_tiles {
                 self.sweep(queries, *tile, &[], kc, tiles, &buffers)?;
+                // No row is final before the last tile, but the sweep is most of the work
+                // (tile I costs in proportion to its last row): progress counts it as 90%.
+                let swept = (tile.q0 + tile.rows) as f64 / nq as f64;
+                report((SWEEP_SHARE * swept * swept * nq as f64) as usize);
             }
         }
+        // What finishing a tile reports: its last row, or in a symmetric sweep the rest.
+        let finished = |done: usize| match tiles.symmetric {
+            true => ((SWEEP_SHARE + (1.0 - SWEEP_SHARE) * done as f64 / nq as f64) * nq as f64) as usize,
+            false => done,
+        };
         // Each tile's results are copied out of mapped memory on other threads while the next
         // tile runs on the GPU; two staging buffers alternate (with one, each copy is awaited).
         // The reader owns `out` until it is joined.
@@ -361,7 +373,7 @@ impl CorpusSession<'_> {
                 // The previous tile's reader finishes first, also when this tile failed.
                 if let Some(reader) = reading.take() {
                     let (done, candidates) = join(reader)?;
-                    report(done);
+                    report(finished(done));
                     out = Some(candidates);
                 }
                 let read = read?;
@@ -376,13 +388,13 @@ impl CorpusSession<'_> {
                     reading = Some(reader);
                 } else {
                     let (done, candidates) = join(reader)?;
-                    report(done);
+                    report(finished(done));
                     out = Some(candidates);
                 }
             }
             if let Some(reader) = reading.take() {
                 let (done, candidates) = join(reader)?;
-                report(done);
+                report(finished(done));
                 out = Some(candidates);
             }
             Ok(out.expect("the last reader returned the candidates"))
