@@ -1,6 +1,7 @@
-// Exact float64 ranking keys of the candidates, one workgroup per candidate, for long rows
-// whose length is a multiple of 4: the keys of refine.wgsl's `exact_keys_wide` (same modes,
-// same sums, see there) from vec4 loads, four of each row in flight per invocation.
+// Exact float64 ranking keys of the candidates for rows whose length is a multiple of 4: the
+// keys of refine.wgsl's `exact_keys_wide` and `exact_keys_grouped` (same modes, same sums, see
+// there) from vec4 loads, four of each row in flight per invocation. `exact_keys_wide4`: one
+// workgroup per candidate; `exact_keys_grouped4`: GROUP invocations per candidate.
 //
 // Why: with one 4-byte load of each row per loop step, an invocation waits out a memory
 // round trip per step, and the keys of long rows were bound by latency, not bandwidth (d=4096:
@@ -46,15 +47,15 @@ fn sums4(x: vec4<f32>, y: vec4<f32>, mx: f64, my: f64) -> vec4<f64> {
     return vec4<f64>(0.0lf, dot(cx, cy), dot(cx, cx), dot(cy, cy));
 }
 
-// Sums over this invocation's vec4s of the query row at `qb` and the corpus row at `cb`
-// (vec4 indices): the metric's sums, or with `row_sums` the plain sums of each row (for
+// Sums over the vec4s first, first + step, ... of the query row at `qb` and the corpus row at
+// `cb` (vec4 indices): the metric's sums, or with `row_sums` the plain sums of each row (for
 // correlation's means). The loops over `u` are unrolled when the module is built
 // (`shaders::refine_vec4`), so that x and y stay in registers.
-fn partial_sums(qb: u32, cb: u32, lid: u32, row_sums: bool, mx: f64, my: f64) -> vec4<f64> {
+fn partial_sums(qb: u32, cb: u32, first: u32, step: u32, row_sums: bool, mx: f64, my: f64) -> vec4<f64> {
     let dim4 = params.dim / 4u;
     let ones = vec4<f64>(1.0lf);
     var s = vec4<f64>(0.0lf);
-    for (var j = lid; j < dim4; j += DEPTH * WG) {
+    for (var j = first; j < dim4; j += DEPTH * step) {
         var x: array<vec4<f32>, DEPTH>;
         var y: array<vec4<f32>, DEPTH>;
         // All loads first: the rows' reads overlap instead of waiting one after another.
@@ -62,14 +63,14 @@ fn partial_sums(qb: u32, cb: u32, lid: u32, row_sums: bool, mx: f64, my: f64) ->
         for (var u = 0u; u < DEPTH; u++) {
             x[u] = vec4<f32>(0.0);
             y[u] = vec4<f32>(0.0);
-            if (j + u * WG < dim4) {
-                x[u] = queries[qb + j + u * WG];
-                y[u] = corpus[cb + j + u * WG];
+            if (j + u * step < dim4) {
+                x[u] = queries[qb + j + u * step];
+                y[u] = corpus[cb + j + u * step];
             }
         }
         // unroll(u, DEPTH)
         for (var u = 0u; u < DEPTH; u++) {
-            if (j + u * WG < dim4) {
+            if (j + u * step < dim4) {
                 if (row_sums) {
                     s += vec4<f64>(dot(vec4<f64>(x[u]), ones), dot(vec4<f64>(y[u]), ones), 0.0lf, 0.0lf);
                 } else {
@@ -91,16 +92,18 @@ fn key_of(s: vec4<f64>) -> f64 {
     return 1.0lf - s.y / (sqrt(s.z) * sqrt(s.w));
 }
 
-fn workgroup_sum(v: vec4<f64>, lid: u32) -> vec4<f64> {
+// Sums `v` over groups of `width` neighbouring invocations (a power of two up to WG); every
+// invocation gets its group's total.
+fn group_sum(v: vec4<f64>, lid: u32, width: u32) -> vec4<f64> {
     partial[lid] = v;
     workgroupBarrier();
-    for (var step = WG / 2u; step > 0u; step /= 2u) {
-        if (lid < step) {
+    for (var step = width / 2u; step > 0u; step /= 2u) {
+        if (lid % width < step) {
             partial[lid] += partial[lid + step];
         }
         workgroupBarrier();
     }
-    let total = partial[0];
+    let total = partial[lid - lid % width];
     workgroupBarrier();
     return total;
 }
@@ -130,12 +133,53 @@ fn exact_keys_wide4(
     var mx: f64 = 0.0lf;
     var my: f64 = 0.0lf;
     if (params.mode == 2u) {
-        let s = workgroup_sum(partial_sums(qb, cb, lid, true, 0.0lf, 0.0lf), lid);
+        let s = group_sum(partial_sums(qb, cb, lid, WG, true, 0.0lf, 0.0lf), lid, WG);
         mx = s.x / f64(params.dim);
         my = s.y / f64(params.dim);
     }
-    let s = workgroup_sum(partial_sums(qb, cb, lid, false, mx, my), lid);
+    let s = group_sum(partial_sums(qb, cb, lid, WG, false, mx, my), lid, WG);
     if (lid == 0u) {
         keys[t] = key_of(s);
+    }
+}
+
+// GROUP invocations per candidate, WG / GROUP candidates per workgroup, for rows of a few dozen
+// to a few hundred values.
+const GROUP: u32 = 8u;
+
+@compute @workgroup_size(64)
+fn exact_keys_grouped4(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
+    let t = (wid.x + wid.y * params.groups_x) * (WG / GROUP) + lid / GROUP;
+    let lane = lid % GROUP;
+    // Every invocation reaches the barriers of the sums; the ones without a candidate add 0.
+    var id = NONE;
+    if (t < params.rows * params.kc) {
+        id = candidates[t].y;
+    }
+    let live = id != NONE;
+    let dim4 = params.dim / 4u;
+    let qb = (t / params.kc) * dim4;
+    let cb = id * dim4;
+    var mx: f64 = 0.0lf;
+    var my: f64 = 0.0lf;
+    if (params.mode == 2u) {
+        var sums = vec4<f64>(0.0lf);
+        if (live) {
+            sums = partial_sums(qb, cb, lane, GROUP, true, 0.0lf, 0.0lf);
+        }
+        let s = group_sum(sums, lid, GROUP);
+        mx = s.x / f64(params.dim);
+        my = s.y / f64(params.dim);
+    }
+    var sums = vec4<f64>(0.0lf);
+    if (live) {
+        sums = partial_sums(qb, cb, lane, GROUP, false, mx, my);
+    }
+    let s = group_sum(sums, lid, GROUP);
+    if (lane == 0u && t < params.rows * params.kc) {
+        keys[t] = select(0.0lf, key_of(s), live);
     }
 }

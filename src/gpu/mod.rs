@@ -138,6 +138,8 @@ struct RefineKernels {
     wide: wgpu::ComputePipeline,
     /// The same from vec4 loads, for rows of a multiple of 4 values (`refine_vec4.wgsl`).
     wide4: wgpu::ComputePipeline,
+    /// Eight invocations per candidate from vec4 loads, for rows of a multiple of 4 values.
+    grouped4: wgpu::ComputePipeline,
 }
 
 /// `Params` of refine.wgsl.
@@ -387,7 +389,9 @@ impl GpuEngine {
                 let wide = pipeline(&ctx, "refine wide", &narrow.layout, &module, "exact_keys_wide", &[]);
                 let module4 = shader_module(&ctx, "refine vec4", &shaders::refine_vec4(), Checks::Checked);
                 let wide4 = pipeline(&ctx, "refine wide vec4", &narrow.layout, &module4, "exact_keys_wide4", &[]);
-                RefineKernels { narrow, grouped, wide, wide4 }
+                let grouped4 =
+                    pipeline(&ctx, "refine grouped vec4", &narrow.layout, &module4, "exact_keys_grouped4", &[]);
+                RefineKernels { narrow, grouped, wide, wide4, grouped4 }
             })?)
         } else {
             None
@@ -512,6 +516,7 @@ enum Step {
     RefineGrouped,
     RefineWide,
     RefineWide4,
+    RefineGrouped4,
     Certify,
 }
 
@@ -599,7 +604,9 @@ impl GpuTimes {
             Step::Distance => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
             Step::Merge => self.merge += seconds,
-            Step::Refine | Step::RefineGrouped | Step::RefineWide | Step::RefineWide4 => self.refine += seconds,
+            Step::Refine | Step::RefineGrouped | Step::RefineWide | Step::RefineWide4 | Step::RefineGrouped4 => {
+                self.refine += seconds
+            }
             Step::Certify => self.certify += seconds,
         }
     }
@@ -651,6 +658,7 @@ impl GpuEngine {
                     Step::RefineGrouped => &self.refine.as_ref().expect("only planned with f64").grouped,
                     Step::RefineWide => &self.refine.as_ref().expect("only planned with f64").wide,
                     Step::RefineWide4 => &self.refine.as_ref().expect("only planned with f64").wide4,
+                    Step::RefineGrouped4 => &self.refine.as_ref().expect("only planned with f64").grouped4,
                     Step::Certify => &self.certify.as_ref().expect("only planned with f64").pipeline,
                 };
                 let stamp = timed.filter(|&(_, n)| (i as u32) < n).map(|(p, _)| p);

@@ -682,6 +682,8 @@ impl CorpusSession<'_> {
                 (Step::RefineWide4, rows * kc)
             } else if d >= WIDE_ROWS {
                 (Step::RefineWide, rows * kc)
+            } else if d >= GROUPED_ROWS && d.is_multiple_of(4) {
+                (Step::RefineGrouped4, (rows * kc).div_ceil(8))
             } else if d >= GROUPED_ROWS {
                 (Step::RefineGrouped, (rows * kc).div_ceil(8))
             } else {

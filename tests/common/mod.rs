@@ -173,6 +173,9 @@ pub fn cases() -> Vec<Case> {
         add(format!("{m}: lattice ties"), lattice(&mut rng, 150, 5, 3, 0.0), None, 10, metric);
         add(format!("{m}: offset 1000 lattice"), lattice(&mut rng, 120, 16, 4, 1000.0), None, 8, metric);
         add(format!("{m}: wide rows d=300 k=9"), random(&mut rng, 150, 300, 2.0), None, 9, metric);
+        // Rows of a few dozen values, a multiple of 4: the grouped vec4 exact-key kernel (the
+        // odd sizes above and the search below take the scalar one).
+        add(format!("{m}: rows of 64 values k=6"), random(&mut rng, 80, 64, 1.0), None, 6, metric);
         // Long rows whose length is not a multiple of 4 take the scalar exact-key kernel.
         add(format!("{m}: wide rows d=258 k=5"), random(&mut rng, 60, 258, 2.0), None, 5, metric);
         add(
