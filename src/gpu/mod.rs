@@ -383,14 +383,15 @@ impl GpuEngine {
         let refine = if ctx.f64 {
             let slots = [RO, RO, RO, RW];
             Some(ctx.allocating(|| {
-                let narrow = kernel(&ctx, "refine", shaders::REFINE, "exact_keys", &slots, &[], Checks::Checked);
-                let module = shader_module(&ctx, "refine", shaders::REFINE, Checks::Checked);
+                let scalar = shaders::refine(false);
+                let narrow = kernel(&ctx, "refine", &scalar, "exact_keys", &slots, &[], Checks::Checked);
+                let module = shader_module(&ctx, "refine", &scalar, Checks::Checked);
                 let grouped = pipeline(&ctx, "refine grouped", &narrow.layout, &module, "exact_keys_grouped", &[]);
                 let wide = pipeline(&ctx, "refine wide", &narrow.layout, &module, "exact_keys_wide", &[]);
-                let module4 = shader_module(&ctx, "refine vec4", &shaders::refine_vec4(), Checks::Checked);
-                let wide4 = pipeline(&ctx, "refine wide vec4", &narrow.layout, &module4, "exact_keys_wide4", &[]);
+                let module4 = shader_module(&ctx, "refine vec4", &shaders::refine(true), Checks::Checked);
+                let wide4 = pipeline(&ctx, "refine wide vec4", &narrow.layout, &module4, "exact_keys_wide", &[]);
                 let grouped4 =
-                    pipeline(&ctx, "refine grouped vec4", &narrow.layout, &module4, "exact_keys_grouped4", &[]);
+                    pipeline(&ctx, "refine grouped vec4", &narrow.layout, &module4, "exact_keys_grouped", &[]);
                 RefineKernels { narrow, grouped, wide, wide4, grouped4 }
             })?)
         } else {

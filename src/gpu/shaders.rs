@@ -8,10 +8,12 @@ const DISTANCE: &str = include_str!("../../shaders/distance.wgsl");
 const SELECT: &str = include_str!("../../shaders/select.wgsl");
 /// Ballot helpers and the `select_rows` entry point with subgroups (`shaders/select_entry_subgroup.wgsl`).
 const SELECT_ENTRY_SUBGROUP: &str = include_str!("../../shaders/select_entry_subgroup.wgsl");
-/// Exact float64 keys of the candidates (`shaders/refine.wgsl`); needs SHADER_F64.
-pub const REFINE: &str = include_str!("../../shaders/refine.wgsl");
-/// Exact float64 keys of long rows from vec4 loads (`shaders/refine_vec4.wgsl`), before
-/// unrolling; needs SHADER_F64.
+/// Exact float64 keys of the candidates, the part shared by both ways of reading rows
+/// (`shaders/refine.wgsl`); needs SHADER_F64.
+const REFINE: &str = include_str!("../../shaders/refine.wgsl");
+/// Rows read one f32 per load (`shaders/refine_scalar.wgsl`).
+const REFINE_SCALAR: &str = include_str!("../../shaders/refine_scalar.wgsl");
+/// Rows read as vec4s, several loads in flight (`shaders/refine_vec4.wgsl`), before unrolling.
 const REFINE_VEC4: &str = include_str!("../../shaders/refine_vec4.wgsl");
 /// Ranking by exact keys and the certificate, per row (`shaders/certify.wgsl`); needs SHADER_F64.
 pub const CERTIFY: &str = include_str!("../../shaders/certify.wgsl");
@@ -35,9 +37,11 @@ pub fn distance(depth: u32) -> String {
     unroll(DISTANCE, &[("BK", depth)])
 }
 
-/// The vec4 exact-key kernel, its marked loops unrolled.
-pub fn refine_vec4() -> String {
-    unroll(REFINE_VEC4, &[("DEPTH", 4)])
+/// The exact-key kernels for any row length (`vec4: false`) or for lengths a multiple of 4,
+/// their marked loops unrolled.
+pub fn refine(vec4: bool) -> String {
+    let rows = if vec4 { REFINE_VEC4 } else { REFINE_SCALAR };
+    unroll(&format!("{REFINE}\n{rows}"), &[("DEPTH", 4)])
 }
 
 /// Expands each loop marked `// unroll(VAR, BOUND)` into one block per iteration, each binding
@@ -103,8 +107,8 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("distance", distance(super::TILE_K), false, false),
         m("select_subgroup", select(true), true, false),
         m("select_workgroup", select(false), false, false),
-        m("refine", REFINE.to_string(), false, true),
-        m("refine_vec4", refine_vec4(), false, true),
+        m("refine_scalar", refine(false), false, true),
+        m("refine_vec4", refine(true), false, true),
         m("certify", CERTIFY.to_string(), false, true),
     ]
 }

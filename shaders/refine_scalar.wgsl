@@ -1,0 +1,65 @@
+// Rows read one f32 per load, for any row length: appended to refine.wgsl.
+
+@group(0) @binding(1) var<storage, read> queries: array<f32>;
+@group(0) @binding(2) var<storage, read> corpus: array<f32>;
+
+// Where row `row` starts in `queries` or `corpus`.
+fn row_start(row: u32) -> u32 {
+    return row * params.dim;
+}
+
+// Sums over the dimensions j = first, first + step, ... of the query row at `qb` and the
+// corpus row at `cb`: with `row_sums` the plain sums of each row (for correlation's means),
+// else centred on (mx, my): (sum (x - y)^2, sum x y, sum x^2, sum y^2), each only where the
+// metric's key uses it (the others stay 0): f64 arithmetic runs at a fraction of f32's.
+fn partial_sums(qb: u32, cb: u32, first: u32, step: u32, row_sums: bool, mx: f64, my: f64) -> vec4<f64> {
+    var s = vec4<f64>(0.0lf);
+    if (row_sums) {
+        for (var j = first; j < params.dim; j += step) {
+            s.x += f64(queries[qb + j]);
+            s.y += f64(corpus[cb + j]);
+        }
+    } else if (params.mode == 0u) {
+        for (var j = first; j < params.dim; j += step) {
+            let diff = f64(queries[qb + j]) - f64(corpus[cb + j]);
+            s.x += diff * diff;
+        }
+    } else if (params.mode == 3u) {
+        for (var j = first; j < params.dim; j += step) {
+            s.y += f64(queries[qb + j]) * f64(corpus[cb + j]);
+        }
+    } else {
+        for (var j = first; j < params.dim; j += step) {
+            let x = f64(queries[qb + j]) - mx;
+            let y = f64(corpus[cb + j]) - my;
+            s.y += x * y;
+            s.z += x * x;
+            s.w += y * y;
+        }
+    }
+    return s;
+}
+
+// One invocation per (query row, candidate), for short rows.
+@compute @workgroup_size(64)
+fn exact_keys(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let t = gid.x + gid.y * params.groups_x * WG;
+    if (t >= params.rows * params.kc) {
+        return;
+    }
+    let id = candidates[t].y;
+    if (id == NONE) {
+        keys[t] = 0.0lf;
+        return;
+    }
+    let qb = row_start(t / params.kc);
+    let cb = row_start(id);
+    var mx: f64 = 0.0lf;
+    var my: f64 = 0.0lf;
+    if (params.mode == 2u) {
+        let s = partial_sums(qb, cb, 0u, 1u, true, 0.0lf, 0.0lf);
+        mx = s.x / f64(params.dim);
+        my = s.y / f64(params.dim);
+    }
+    keys[t] = key_of(partial_sums(qb, cb, 0u, 1u, false, mx, my));
+}
