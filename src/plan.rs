@@ -36,10 +36,6 @@ pub(crate) struct TilePlan {
     pub dist_stride: usize,
     /// Row stride of the auxiliary select arrays: max(column tile, 2 kc).
     pub scratch_stride: usize,
-    /// Rows of the auxiliary select arrays: selections and merges run on this many query rows
-    /// at a time (the query tile, or a multiple of [`ALIGN_ROWS`] below it), so that tiles of
-    /// many rows do not need a row of `scratch_stride` pairs each.
-    pub aux_rows: usize,
     /// Pairs per row of the shortlist of keys under the row's bound (a few times kc: on data
     /// in random order a tile adds about kc / tiles-so-far of them); 0 when there are none.
     pub shortlist_cap: usize,
@@ -70,13 +66,11 @@ pub(crate) struct TileCaps {
     pub column: usize,
     /// Query rows per query tile.
     pub query: usize,
-    /// Query rows selected and merged at a time (rows of the auxiliary select arrays).
-    pub select: usize,
 }
 
 impl Default for TileCaps {
     fn default() -> Self {
-        TileCaps { column: MAX_COLUMN_TILE, query: MAX_QUERY_ROWS, select: AUX_ROWS }
+        TileCaps { column: MAX_COLUMN_TILE, query: MAX_QUERY_ROWS }
     }
 }
 
@@ -117,22 +111,19 @@ pub(crate) fn plan_tiles(
     let row = prepared_row_bytes(d);
     let corpus_bytes = if corpus.resident { n as u64 * row } else { 2 * corpus.chunk_rows as u64 * row };
     let free = dev.budget.saturating_sub(corpus_bytes);
-    let aux_cap = aux_cap(scratch_stride, caps, dev);
     let query_rows_with = |shortlist_cap: usize, read_backs: usize| {
-        let per_query_row = query_row_bytes(dist_stride, kc, shortlist_cap, read_backs, row, false);
+        let per_query_row = query_row_bytes(dist_stride, scratch_stride, kc, shortlist_cap, read_backs, row, false);
         let limits = [
+            free / per_query_row,
             dev.max_binding / (4 * dist_stride as u64),
+            dev.max_binding / (8 * scratch_stride as u64),
             dev.max_binding / (16 * kc as u64),
             dev.max_binding / (8 * shortlist_cap.max(1) as u64),
             dev.max_binding / row,
             MAX_QUERY_ROWS.min(caps.query) as u64,
             nq as u64,
         ];
-        let most = limits.into_iter().min().unwrap_or(0);
-        (
-            rows_with_aux(free, per_query_row, scratch_stride, aux_cap, most, dev),
-            per_query_row + 16 * scratch_stride as u64,
-        )
+        (limits.into_iter().min().unwrap_or(0) as usize, per_query_row)
     };
     // A merge holds the running list and the shortlist in the auxiliary arrays. Shortlists
     // are an optimisation: under a budget so tight that they would halve the query tile,
@@ -156,64 +147,18 @@ pub(crate) fn plan_tiles(
             dev.budget, dev.max_binding
         )));
     }
-    Ok(TilePlan {
-        query_rows,
-        column_tile,
-        dist_stride,
-        scratch_stride,
-        aux_rows: aux_rows(query_rows, aux_cap),
-        shortlist_cap,
-        read_backs,
-        symmetric: false,
-    })
+    Ok(TilePlan { query_rows, column_tile, dist_stride, scratch_stride, shortlist_cap, read_backs, symmetric: false })
 }
-
-/// Most rows of auxiliary select arrays a plan gives itself: each row holds `scratch_stride`
-/// pairs (256 KB for a 16384-column tile) in each of two arrays. 0: as many as the tile has.
-fn aux_cap(scratch_stride: usize, caps: TileCaps, dev: DeviceBudget) -> usize {
-    let binding = (dev.max_binding / (8 * scratch_stride as u64)) as usize;
-    AUX_ROWS.min(caps.select).min(binding) / ALIGN_ROWS * ALIGN_ROWS
-}
-
-/// Rows of the auxiliary arrays for a query tile of `query_rows`.
-fn aux_rows(query_rows: usize, cap: usize) -> usize {
-    if cap == 0 {
-        query_rows
-    } else {
-        query_rows.min(cap)
-    }
-}
-
-/// Query rows that `free` bytes hold at `per_query_row` bytes each plus the auxiliary arrays:
-/// either a row of them per query row (small tiles), or `cap` rows shared by the whole tile
-/// (large ones); at most `most`.
-fn rows_with_aux(
-    free: u64,
-    per_query_row: u64,
-    scratch_stride: usize,
-    cap: usize,
-    most: u64,
-    dev: DeviceBudget,
-) -> usize {
-    let aux_row = 16 * scratch_stride as u64;
-    let own = (free / (per_query_row + aux_row)).min(dev.max_binding / (8 * scratch_stride as u64));
-    let shared = if cap == 0 { 0 } else { free.saturating_sub(cap as u64 * aux_row) / per_query_row };
-    own.max(shared).min(most) as usize
-}
-
-/// Rows of the auxiliary select arrays in a large tile: 1024 rows of 16384-column tiles are
-/// 256 MB, and 1024 selecting workgroups already fill a large GPU.
-const AUX_ROWS: usize = 1024;
 
 /// One workgroup per query row in the select; a 2-D dispatch covers 65535^2, but tiles stay
 /// moderate so that one submission stays short.
 const MAX_QUERY_ROWS: usize = 65535;
 
-/// GPU bytes per query row of a tile, beside the auxiliary select arrays ([`rows_with_aux`]).
-/// `symmetric`: the running lists, bounds and shortlists are counted per corpus row instead
-/// ([`plan_symmetric`]).
+/// GPU bytes per query row of a tile. `symmetric`: the running lists, bounds and shortlists
+/// are counted per corpus row instead ([`plan_symmetric`]).
 fn query_row_bytes(
     dist_stride: usize,
+    scratch_stride: usize,
     kc: usize,
     shortlist_cap: usize,
     read_backs: usize,
@@ -222,6 +167,7 @@ fn query_row_bytes(
 ) -> u64 {
     let per_row_state = 8 * kc as u64 + 8 * shortlist_cap as u64 + 16; // running list, shortlist, state
     4 * dist_stride as u64                     // distance tile
+        + 16 * scratch_stride as u64           // two auxiliary arrays of (key, index)
         + 3 * 8 * kc as u64                    // tile list, exact keys, ranked answers
         + read_backs as u64 * 16 * kc as u64   // read-back of lists and keys
         + 2 * row                              // raw and prepared query
@@ -284,13 +230,16 @@ pub(crate) fn plan_symmetric(
         return None;
     }
     let free = dev.budget.checked_sub(n as u64 * (row + per_row_state))?;
-    let aux_cap = aux_cap(scratch_stride, caps, dev);
     let plan_with = |read_backs: usize| {
-        let per_query_row = query_row_bytes(dist_stride, kc, shortlist_cap, read_backs, row, true);
-        let limits =
-            [dev.max_binding / (4 * dist_stride as u64), dev.max_binding / row, MAX_QUERY_ROWS.min(caps.query) as u64];
-        let most = limits.into_iter().min().unwrap_or(0);
-        let mut rows = rows_with_aux(free, per_query_row, scratch_stride, aux_cap, most, dev) / ALIGN_ROWS * ALIGN_ROWS;
+        let per_query_row = query_row_bytes(dist_stride, scratch_stride, kc, shortlist_cap, read_backs, row, true);
+        let limits = [
+            free / per_query_row,
+            dev.max_binding / (4 * dist_stride as u64),
+            dev.max_binding / (8 * scratch_stride as u64),
+            dev.max_binding / row,
+            MAX_QUERY_ROWS.min(caps.query) as u64,
+        ];
+        let mut rows = limits.into_iter().min().unwrap_or(0) as usize / ALIGN_ROWS * ALIGN_ROWS;
         // The running lists and the tile's lists share one binding.
         while rows > 0 && !fits((n + rows) as u64 * 8 * kc as u64) {
             rows -= ALIGN_ROWS;
@@ -314,7 +263,6 @@ pub(crate) fn plan_symmetric(
         column_tile,
         dist_stride,
         scratch_stride,
-        aux_rows: aux_rows(query_rows, aux_cap),
         shortlist_cap,
         read_backs,
         symmetric: true,
@@ -350,9 +298,7 @@ mod tests {
             assert!(q >= 1 && q <= n as u64);
             assert!(q * t.dist_stride as u64 * 4 <= LAVAPIPE.max_binding);
             assert!(t.dist_stride >= t.column_tile && t.dist_stride.is_multiple_of(4));
-            assert!(t.aux_rows as u64 * t.scratch_stride as u64 * 8 <= LAVAPIPE.max_binding);
-            assert!(t.aux_rows >= 1 && t.aux_rows <= t.query_rows);
-            assert!(t.aux_rows == t.query_rows || t.aux_rows.is_multiple_of(ALIGN_ROWS));
+            assert!(q * t.scratch_stride as u64 * 8 <= LAVAPIPE.max_binding);
             assert!(q * kc as u64 * 16 <= LAVAPIPE.max_binding);
             assert!(t.scratch_stride >= t.column_tile && t.scratch_stride >= 2 * kc);
             assert!(t.shortlist_cap == 0 || t.shortlist_cap >= kc);
@@ -393,11 +339,16 @@ mod tests {
             assert!((n + t.query_rows) as u64 * kc as u64 * 8 <= dev.max_binding);
             assert!(n as u64 * t.shortlist_cap as u64 * 8 <= dev.max_binding);
             let state = n as u64 * (8 * (kc + t.shortlist_cap) as u64 + 16);
-            let per_query_row =
-                query_row_bytes(t.dist_stride, kc, t.shortlist_cap, t.read_backs, prepared_row_bytes(d), true);
-            let aux = t.aux_rows as u64 * 16 * t.scratch_stride as u64;
-            assert!(n as u64 * prepared_row_bytes(d) + state + t.query_rows as u64 * per_query_row + aux <= dev.budget);
-            assert!(t.aux_rows <= t.query_rows && t.aux_rows.is_multiple_of(ALIGN_ROWS));
+            let per_query_row = query_row_bytes(
+                t.dist_stride,
+                t.scratch_stride,
+                kc,
+                t.shortlist_cap,
+                t.read_backs,
+                prepared_row_bytes(d),
+                true,
+            );
+            assert!(n as u64 * prepared_row_bytes(d) + state + t.query_rows as u64 * per_query_row <= dev.budget);
         }
         assert_eq!(symmetric_tiles(262_144, 128, 26), Some(13));
         assert_eq!(symmetric_tiles(1 << 20, 96, 32), Some(20));
@@ -408,14 +359,11 @@ mod tests {
             plan_symmetric(n, d, kc, plan_corpus(n, d, dev).unwrap(), TileCaps::default(), dev, false)
         };
         let h100 = DeviceBudget { max_binding: 2 << 30, budget: 16 << 30 };
+        // 13 tiles wanted; the auxiliary arrays' binding allows 16384 rows a tile.
         let tiles = auto(262_144, 128, 26, h100).map(|t| 262_144usize.div_ceil(t.query_rows));
-        assert_eq!(tiles, Some(13));
-        // The default 4 GiB of a discrete GPU sweeps n=2^20 too (the auxiliary arrays are
-        // shared by a tile's rows, 1024 at a time).
-        let discrete = DeviceBudget { max_binding: 2 << 30, budget: 4 << 30 };
-        assert!(auto(1 << 20, 96, 32, discrete).is_some());
-        // Under 512 MiB the tiles would be far smaller than the sweep needs to pay.
-        assert!(auto(262_144, 128, 26, DeviceBudget { max_binding: 2 << 30, budget: 512 << 20 }).is_none());
+        assert_eq!(tiles, Some(16));
+        // Under 1 GiB the tiles would be far smaller than the sweep needs to pay.
+        assert!(auto(262_144, 128, 26, DeviceBudget { max_binding: 2 << 30, budget: 1 << 30 }).is_none());
         // Not possible: one query tile, state over the budget, a streamed corpus.
         let forced = |n: usize, d: usize, kc: usize, dev: DeviceBudget| {
             plan_symmetric(n, d, kc, plan_corpus(n, d, dev).unwrap(), TileCaps::default(), dev, true)
@@ -423,25 +371,6 @@ mod tests {
         assert!(forced(1000, 32, 26, h100).is_none());
         assert!(forced(65536, 128, 1250, DeviceBudget { max_binding: 2 << 30, budget: 1 << 30 }).is_none());
         assert!(forced(10_000_000, 128, 26, LAVAPIPE).is_none());
-    }
-
-    #[test]
-    fn large_tiles_share_their_auxiliary_rows() {
-        // The settings of tests/exact.rs's larger and symmetric cases: their selections and
-        // merges run in several groups of 64 rows.
-        let caps = TileCaps { column: 384, query: usize::MAX, select: 64 };
-        let small = DeviceBudget { max_binding: 128 << 20, budget: 2 << 20 };
-        let t = plan_tiles(3000, 24, 125, plan_corpus(3000, 24, small).unwrap(), 3000, caps, small).unwrap();
-        assert!(t.aux_rows == 64 && t.query_rows > 64, "{t:?}");
-        let caps = TileCaps { query: 256, ..caps };
-        let roomy = DeviceBudget { max_binding: 128 << 20, budget: 64 << 20 };
-        let t = plan_symmetric(3000, 24, 125, plan_corpus(3000, 24, roomy).unwrap(), caps, roomy, true).unwrap();
-        assert!(t.aux_rows == 64 && t.query_rows == 256, "{t:?}");
-        // A large tile holds far more rows than it has auxiliary rows.
-        let h100 = DeviceBudget { max_binding: 2 << 30, budget: 4 << 30 };
-        let t = plan_tiles(65536, 128, 1250, plan_corpus(65536, 128, h100).unwrap(), 65536, TileCaps::default(), h100)
-            .unwrap();
-        assert!(t.aux_rows == AUX_ROWS && t.query_rows > 8 * AUX_ROWS, "{t:?}");
     }
 
     #[test]

@@ -75,10 +75,6 @@ pub struct Options {
     /// values cut small graphs into several tiles, so that tests reach symmetric blocks.
     #[doc(hidden)]
     pub max_query_tile: Option<usize>,
-    /// Cap on query rows selected and merged at a time on the GPU (default 1024; rounded down
-    /// to a multiple of 64). Lower values give small tiles several groups, for tests.
-    #[doc(hidden)]
-    pub max_select_rows: Option<usize>,
     /// Whether GPU graphs are swept in symmetric blocks where memory allows: `None` lets
     /// the planner decide (small k relative to n and d), `Some` forces it on or off.
     #[doc(hidden)]
@@ -101,7 +97,6 @@ impl std::fmt::Debug for Options {
             .field("max_workgroups_per_dimension", &self.max_workgroups_per_dimension)
             .field("max_column_tile", &self.max_column_tile)
             .field("max_query_tile", &self.max_query_tile)
-            .field("max_select_rows", &self.max_select_rows)
             .field("symmetric_graphs", &self.symmetric_graphs)
             .field("distance_tile_depth", &self.distance_tile_depth)
             .finish()

@@ -58,10 +58,6 @@ fn gpu_with(no_subgroups: bool, memory_budget: Option<u64>, max_column_tile: Opt
     gpu_tiles(no_subgroups, memory_budget, max_column_tile, None)
 }
 
-/// With narrow tiles, rows are also selected 64 at a time, so that query tiles of more rows
-/// run their selections and merges in several groups.
-const SELECT_ROWS: usize = 64;
-
 fn gpu_tiles(
     no_subgroups: bool,
     memory_budget: Option<u64>,
@@ -78,7 +74,6 @@ fn gpu_tiles(
         max_workgroups_per_dimension: memory_budget.map(|_| 3),
         max_column_tile,
         max_query_tile,
-        max_select_rows: max_column_tile.map(|_| SELECT_ROWS),
         // Symmetric blocks wherever they fit, also where the planner would not choose them.
         symmetric_graphs: max_query_tile.map(|_| true),
         ..Options::default()
@@ -187,7 +182,6 @@ fn run_symmetric(no_subgroups: bool) {
         memory_budget: Some(SYMMETRIC_BUDGET),
         max_column_tile: Some(NARROW_TILE),
         max_query_tile: Some(256),
-        max_select_rows: Some(SELECT_ROWS),
         symmetric_graphs: Some(true),
         progress: Some(progress),
         ..Options::default()

@@ -411,7 +411,6 @@ impl GpuEngine {
             tile_caps: plan::TileCaps {
                 column: options.max_column_tile.unwrap_or(plan::MAX_COLUMN_TILE).max(1),
                 query: options.max_query_tile.unwrap_or(usize::MAX).max(1),
-                select: options.max_select_rows.unwrap_or(usize::MAX).max(1),
             },
             tile_cache: Default::default(),
             max_binding,

@@ -126,11 +126,9 @@ impl TileBuffers {
         let q = tiles.query_rows;
         // Rows of the per-row state: the tile's, or every corpus row's in a symmetric sweep.
         let state_rows = if tiles.symmetric { key.corpus.0 } else { q };
-        // Parameter slots per distance tile: distance, then per group of `aux_rows` rows a
-        // select and a merge, and the merges of the column rows' shortlists.
-        let slots_per_tile = 1
-            + 2 * q.div_ceil(tiles.aux_rows)
-            + if tiles.symmetric { tiles.column_tile.div_ceil(tiles.aux_rows) } else { 0 };
+        // Parameter slots per distance tile: distance, select, merge, and the merges of the
+        // column rows' shortlists (a query tile's rows at a time).
+        let slots_per_tile = 3 + if tiles.symmetric { tiles.column_tile.div_ceil(q) } else { 0 };
         let storage = wgpu::BufferUsages::STORAGE;
         let copy = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
         let certify = match certify_k {
@@ -167,8 +165,8 @@ impl TileBuffers {
             row_state: gpu.buffer("row state", (state_rows * 8) as u64, storage | copy)?,
             failed: gpu.buffer("failed", (state_rows * 4) as u64, storage | copy)?,
             dist: gpu.buffer("distances", (q * tiles.dist_stride * 4) as u64, storage)?,
-            aux_a: gpu.buffer("aux a", (tiles.aux_rows * tiles.scratch_stride * 8) as u64, storage)?,
-            aux_b: gpu.buffer("aux b", (tiles.aux_rows * tiles.scratch_stride * 8) as u64, storage)?,
+            aux_a: gpu.buffer("aux a", (q * tiles.scratch_stride * 8) as u64, storage)?,
+            aux_b: gpu.buffer("aux b", (q * tiles.scratch_stride * 8) as u64, storage)?,
             candidates: gpu.buffer("candidates", ((state_rows + q) * kc * 8) as u64, storage | copy)?,
             shortlist_len: gpu.buffer("shortlist lengths", (state_rows * 4) as u64, storage | copy)?,
             shortlist: gpu.buffer("shortlists", (state_rows * tiles.shortlist_cap * 8).max(8) as u64, storage)?,
@@ -420,25 +418,16 @@ impl CorpusSession<'_> {
         Ok(())
     }
 
-    /// The select kernels' bind group with the per-row arrays bound from state row `base`, and
-    /// the distance tile from its row `tile_row`.
-    fn select_bind(
-        &self,
-        b: &TileBuffers,
-        base: usize,
-        tile_row: usize,
-        kc: usize,
-        tiles: TilePlan,
-    ) -> wgpu::BindGroup {
+    /// The select kernels' bind group with the per-row arrays bound from state row `base`.
+    fn select_bind(&self, b: &TileBuffers, base: usize, kc: usize, shortlist_cap: usize) -> wgpu::BindGroup {
         let gpu = self.gpu;
         let base = base as u64;
-        let shortlist_cap = tiles.shortlist_cap;
         bind_group_at(
             &gpu.ctx.device,
             &gpu.select.layout,
             &b.uniform,
             &[
-                (&b.dist, (tile_row * tiles.dist_stride * 4) as u64),
+                (&b.dist, 0),
                 (&b.aux_a, 0),
                 (&b.aux_b, 0),
                 (&b.candidates, base * kc as u64 * 8),
@@ -485,12 +474,7 @@ impl CorpusSession<'_> {
             gpu.add_transfer_time(started);
         }
 
-        // Selections and merges run `aux_rows` query rows at a time (the auxiliary arrays'
-        // rows): (first row in the tile, rows, bind group).
-        let row_groups: Vec<(usize, usize, wgpu::BindGroup)> = (0..rows)
-            .step_by(tiles.aux_rows)
-            .map(|r0| (r0, tiles.aux_rows.min(rows - r0), self.select_bind(b, base + r0, r0, kc, tiles)))
-            .collect();
+        let select_bind = self.select_bind(b, base, kc, cap);
         let norms_bind = bind_group(
             device,
             &gpu.norms.layout,
@@ -523,7 +507,7 @@ impl CorpusSession<'_> {
                 return Vec::new();
             }
             let end = (c0 + cols).min(q0);
-            (c0..end).step_by(tiles.aux_rows).map(|r0| (r0, tiles.aux_rows.min(end - r0))).collect()
+            (c0..end).step_by(tiles.query_rows).map(|r0| (r0, tiles.query_rows.min(end - r0))).collect()
         };
 
         // A resident corpus goes in one submission; a streamed one a chunk at a time.
@@ -564,7 +548,7 @@ impl CorpusSession<'_> {
                 .iter()
                 .zip(&column_tiles)
                 .flat_map(|(chunk, cts)| cts.iter().flat_map(|&(c0, cols)| column_merges(chunk.first + c0, cols)))
-                .map(|(r0, _)| self.select_bind(b, r0, 0, kc, tiles))
+                .map(|(r0, _)| self.select_bind(b, r0, kc, cap))
                 .collect();
             let mut column_binds = column_binds.iter();
 
@@ -602,53 +586,46 @@ impl CorpusSession<'_> {
                         column_cap: cap as u32,
                     });
                     jobs.push(Job { step: Step::Distance, offset, groups: (gx, gy), bind: dbind });
-                    for (r0, group_rows, bind) in &row_groups {
-                        let (sx, sy) = grid(*group_rows, gpu.max_groups);
-                        // Running lists of all state rows first, then the latest tile's lists,
-                        // both from this group's first row.
-                        let tile_region = ((b.state_rows - base - r0) * kc) as u32;
-                        let select = SelectParams {
-                            rows: *group_rows as u32,
-                            need: kc as u32,
-                            scratch_stride: tiles.scratch_stride as u32,
-                            out_stride: kc as u32,
-                            groups_x: sx,
-                            shortlist_cap,
-                            ..Default::default()
-                        };
-                        // The tile's kc best: straight into the running lists for the first
-                        // tile, else into the tile region.
-                        let offset = params.push(SelectParams {
-                            len: cols as u32,
-                            in_stride: tiles.dist_stride as u32,
-                            col_base,
-                            out_offset: if first_tile { 0 } else { tile_region },
-                            dense: 1,
-                            ..select
-                        });
-                        jobs.push(Job { step: Step::SelectRows, offset, groups: (sx, sy), bind });
-                        // Merge: the kc best of the running list and the tile's list.
-                        if !first_tile {
-                            let merge = SelectParams { len: 2 * kc as u32, in_stride: tile_region, ..select };
-                            let ((mx, my), per_group) = merge_groups(*group_rows);
-                            let offset = params.push(SelectParams { groups_x: mx, rows_per_group: per_group, ..merge });
-                            jobs.push(Job { step: Step::Merge, offset, groups: (mx, my), bind });
-                        }
+                    let (sx, sy) = grid(rows, gpu.max_groups);
+                    // Running lists of all state rows first, then the latest tile's lists.
+                    let tile_region = ((b.state_rows - base) * kc) as u32;
+                    let select = SelectParams {
+                        rows: rows as u32,
+                        need: kc as u32,
+                        scratch_stride: tiles.scratch_stride as u32,
+                        out_stride: kc as u32,
+                        groups_x: sx,
+                        shortlist_cap,
+                        ..Default::default()
+                    };
+                    // The tile's kc best: straight into the running lists for the first tile,
+                    // else into the tile region.
+                    let offset = params.push(SelectParams {
+                        len: cols as u32,
+                        in_stride: tiles.dist_stride as u32,
+                        col_base,
+                        out_offset: if first_tile { 0 } else { tile_region },
+                        dense: 1,
+                        ..select
+                    });
+                    jobs.push(Job { step: Step::SelectRows, offset, groups: (sx, sy), bind: &select_bind });
+                    // Merge: the kc best of the running list and the tile's list.
+                    let merge = SelectParams { len: 2 * kc as u32, in_stride: tile_region, ..select };
+                    if !first_tile {
+                        let ((mx, my), per_group) = merge_groups(rows);
+                        let offset = params.push(SelectParams { groups_x: mx, rows_per_group: per_group, ..merge });
+                        jobs.push(Job { step: Step::Merge, offset, groups: (mx, my), bind: &select_bind });
                     }
                     // The column rows' shortlists, with no tile list to fall back on.
                     for (_, merge_rows) in column_merges(col_base as usize, cols) {
                         let ((mx, my), per_group) = merge_groups(merge_rows);
                         let offset = params.push(SelectParams {
                             rows: merge_rows as u32,
-                            len: 2 * kc as u32,
                             in_stride: NONE,
-                            need: kc as u32,
-                            scratch_stride: tiles.scratch_stride as u32,
-                            out_stride: kc as u32,
                             shortlist_cap: cap as u32,
                             groups_x: mx,
                             rows_per_group: per_group,
-                            ..Default::default()
+                            ..merge
                         });
                         let bind = column_binds.next().expect("a bind group per column merge");
                         jobs.push(Job { step: Step::Merge, offset, groups: (mx, my), bind });
