@@ -181,16 +181,27 @@ fn query_row_bytes(
 /// once per later tile (about kc work, and a dispatch slot, per row and tile), and rows are
 /// read back only once every tile is swept, not behind the next tile's GEMM. Minimising
 /// G (T + 1) / 2T + c n (T - 1) / 2 gives T = sqrt(G / c n), with G / c n proportional to
-/// n d / kc; the constant and the threshold come from H100 runs (`notes/distance.md`):
-/// n=262144 d=128 kc=26 best near 12 tiles, n=2^20 d=96 kc=32 near 20, n=32768 d=128 kc=32
-/// and n=16384 d=4096 kc=640 no gain.
+/// n d / kc; the constant and the thresholds come from H100 runs with the 4 GiB default
+/// budget (`notes/distance.md`): n=262144 d=128 kc=26 best near 12 tiles, n=2^20 d=96 kc=32
+/// near 20; n d / kc = 52000 and more gain 5-23%, 26000 (n=65536 k=256) is even, 6700
+/// (k=1000) loses 10-35%. Under 2^37 products (n=32768 at d=128) the GEMM (2 ms at
+/// n=16384 d=128) does not cover a tile's fixed costs; n=16384 d=4096 (54 ms) gains 7%.
 fn symmetric_tiles(n: usize, d: usize, kc: usize) -> Option<usize> {
     let work = n as f64 * d as f64 / kc as f64;
-    (work >= SYMMETRIC_MIN_WORK).then(|| ((work / 8192.0).sqrt().round() as usize).max(2))
+    let products = n as f64 * n as f64 * d as f64;
+    (work >= SYMMETRIC_MIN_WORK && products >= SYMMETRIC_MIN_PRODUCTS).then(|| symmetric_tile_count(n, d, kc))
+}
+
+/// The tile count of [`symmetric_tiles`], also where the sweep is not expected to pay.
+fn symmetric_tile_count(n: usize, d: usize, kc: usize) -> usize {
+    let work = n as f64 * d as f64 / kc as f64;
+    ((work / 8192.0).sqrt().round() as usize).max(2)
 }
 
 /// n d / kc below which a symmetric sweep does not pay.
-const SYMMETRIC_MIN_WORK: f64 = (1 << 18) as f64;
+const SYMMETRIC_MIN_WORK: f64 = (1 << 15) as f64;
+/// GEMM products (n^2 d) below which a symmetric sweep does not pay.
+const SYMMETRIC_MIN_PRODUCTS: f64 = (1u64 << 37) as f64;
 
 /// Plans a graph as symmetric blocks (Dashti, section 3.2): query tile I is compared with
 /// corpus rows up to its own last row only, and each key of a block below the diagonal also
@@ -209,7 +220,7 @@ pub(crate) fn plan_symmetric(
 ) -> Option<TilePlan> {
     let tiles = match symmetric_tiles(n, d, kc) {
         Some(tiles) => tiles,
-        None if forced => 2,
+        None if forced => symmetric_tile_count(n, d, kc),
         None => return None,
     };
     if !corpus.resident || corpus.chunk_rows < n {
@@ -352,9 +363,11 @@ mod tests {
         }
         assert_eq!(symmetric_tiles(262_144, 128, 26), Some(13));
         assert_eq!(symmetric_tiles(1 << 20, 96, 32), Some(20));
-        assert_eq!(symmetric_tiles(32768, 128, 32), None);
+        assert_eq!(symmetric_tiles(65536, 128, 80), Some(4));
+        assert_eq!(symmetric_tiles(16384, 4096, 640), Some(4));
+        assert_eq!(symmetric_tiles(65536, 128, 320), None);
         assert_eq!(symmetric_tiles(65536, 128, 1250), None);
-        assert_eq!(symmetric_tiles(16384, 4096, 640), None);
+        assert_eq!(symmetric_tiles(16384, 128, 32), None);
         let auto = |n: usize, d: usize, kc: usize, dev: DeviceBudget| {
             plan_symmetric(n, d, kc, plan_corpus(n, d, dev).unwrap(), TileCaps::default(), dev, false)
         };
