@@ -61,17 +61,23 @@ pub(crate) struct BackendRanked {
 impl BackendRanked {
     /// How many neighbours row `slot` has, or `None` when its certificate failed.
     pub fn found(&self, slot: usize) -> Option<usize> {
-        match self.status[slot] {
-            0 => Some(self.k),
-            1 => None,
-            s => Some((s - 2) as usize),
-        }
+        found(self.status[slot], self.k)
     }
 
     /// Row `slot`'s first `m` answers: (corpus rows, distances).
     pub fn row(&self, slot: usize, m: usize) -> (&[u32], &[f32]) {
         let at = slot * self.k;
         (&self.ids[at..at + m], &self.distances[at..at + m])
+    }
+}
+
+/// How many of `k` neighbours a row with certificate `status` (see [`BackendRanked::status`])
+/// has, or `None` when its certificate failed.
+pub(crate) fn found(status: u32, k: usize) -> Option<usize> {
+    match status {
+        0 => Some(k),
+        1 => None,
+        s => Some((s - 2) as usize),
     }
 }
 

@@ -12,7 +12,7 @@ use crate::data::MatrixRef;
 use crate::error::Result;
 use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, TilePlan};
-use crate::refine::{write_row, BackendRanked, Candidates, Certify, NONE};
+use crate::refine::{found, write_row, BackendRanked, Candidates, Certify, NONE};
 
 /// Share of a symmetric graph's progress reports given to the sweep, before any row is final.
 const SWEEP_SHARE: f64 = 0.9;
@@ -403,8 +403,8 @@ impl CorpusSession<'_> {
         Ok(out)
     }
 
-    /// Starts a symmetric sweep: every row's exclusion and empty bound, no flags, empty
-    /// shortlists.
+    /// Starts the per-row state (of a query tile, or of every row in a symmetric sweep):
+    /// each row's exclusion and no bound yet, no flags, empty shortlists.
     fn reset_rows(&self, b: &TileBuffers, exclude: &[u32]) -> Result<()> {
         let gpu = self.gpu;
         let started = std::time::Instant::now();
@@ -460,18 +460,16 @@ impl CorpusSession<'_> {
         let base = if symmetric { q0 } else { 0 };
         let cap = tiles.shortlist_cap;
         if !symmetric {
-            let started = std::time::Instant::now();
             if !from_corpus {
+                let started = std::time::Instant::now();
                 gpu.ctx.queue.write_buffer(
                     &b.raw_queries,
                     0,
                     bytemuck::cast_slice(&queries.as_slice()[q0 * d..(q0 + rows) * d]),
                 );
+                gpu.add_transfer_time(started);
             }
-            // No bound before the first tile.
-            let row_state: Vec<[u32; 2]> = exclude.iter().map(|&e| [e, f32::INFINITY.to_bits()]).collect();
-            gpu.ctx.queue.write_buffer(&b.row_state, 0, bytemuck::cast_slice(&row_state));
-            gpu.add_transfer_time(started);
+            self.reset_rows(b, exclude)?;
         }
 
         let select_bind = self.select_bind(b, base, kc, cap);
@@ -635,14 +633,8 @@ impl CorpusSession<'_> {
             }
             gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
             let mut encoder = device.create_command_encoder(&Default::default());
-            if batch_no == 0 {
-                if !symmetric {
-                    encoder.clear_buffer(&b.failed, 0, None);
-                    encoder.clear_buffer(&b.shortlist_len, 0, None);
-                }
-                if from_corpus {
-                    self.copy_corpus_rows(&mut encoder, q0, rows, b);
-                }
+            if batch_no == 0 && from_corpus {
+                self.copy_corpus_rows(&mut encoder, q0, rows, b);
             }
             gpu.submit(encoder, &jobs)?;
         }
@@ -810,11 +802,7 @@ impl TileRead {
                         .zip(ids.par_chunks(k).zip(keys.par_chunks(k)))
                         .zip(status.par_iter())
                         .for_each(|(((out_ids, out_dists), (ids, keys)), &status)| {
-                            let m = match status {
-                                0 => k,
-                                1 => 0,
-                                s => (s - 2) as usize,
-                            };
+                            let m = found(status, k).unwrap_or(0);
                             let answer = keys[..m].iter().copied().zip(ids[..m].iter().copied());
                             write_row(metric, answer, out_ids, out_dists);
                         });
