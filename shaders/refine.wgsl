@@ -87,6 +87,23 @@ fn group_key(qb: u32, cb: u32, lid: u32, lane: u32, width: u32, live: bool) -> f
     return key_of(group_sum(sums, lid, width));
 }
 
+// Query rows whose same slots run side by side in `exact_keys_wide`.
+const INTERLEAVED_ROWS: u32 = 256u;
+
+// The list slot of workgroup `w` (< rows * kc) when slot s of INTERLEAVED_ROWS neighbouring
+// rows comes before slot s + 1 of any of them. In list order the workgroups resident at one
+// time (thousands) shared a handful of query rows, every one reading the same addresses;
+// interleaved they read hundreds of different query rows: exact keys at n=16384 d=4096
+// kc=640 took 49 ms in list order, 43-44 ms interleaved (H100; notes/exactness.md).
+fn interleaved_slot(w: u32) -> u32 {
+    let per_block = INTERLEAVED_ROWS * params.kc;
+    let block = w / per_block;
+    let first_row = block * INTERLEAVED_ROWS;
+    let block_rows = min(INTERLEAVED_ROWS, params.rows - first_row);
+    let local = w - block * per_block;
+    return (first_row + local % block_rows) * params.kc + local / block_rows;
+}
+
 // One workgroup per candidate, for wide rows: the invocations stride over the row together,
 // so reads of both rows are coalesced, and the sums meet in a workgroup-memory reduction.
 @compute @workgroup_size(64)
@@ -94,10 +111,11 @@ fn exact_keys_wide(
     @builtin(local_invocation_index) lid: u32,
     @builtin(workgroup_id) wid: vec3<u32>,
 ) {
-    let t = wid.x + wid.y * params.groups_x;
-    if (t >= params.rows * params.kc) {
+    let w = wid.x + wid.y * params.groups_x;
+    if (w >= params.rows * params.kc) {
         return;
     }
+    let t = interleaved_slot(w);
     if (lid == 0u) {
         candidate_id = candidates[t].y;
     }

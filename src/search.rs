@@ -270,11 +270,24 @@ impl Knn {
         let started = std::time::Instant::now();
         let d = corpus.cols();
         let shift = prepare::shift(corpus, metric);
-        let corpus_stats = prepare::row_stats(corpus, &shift, metric);
         // A graph's queries are its corpus: one float64 pass serves both, and the GPU copies
         // the prepared corpus rows instead of preparing them again.
         let same_rows = queries.rows() == corpus.rows() && std::ptr::eq(queries.as_slice(), corpus.as_slice());
-        let query_stats = if same_rows { corpus_stats.clone() } else { prepare::row_stats(queries, &shift, metric) };
+        // The statistics are first needed after the candidates are found: they are computed
+        // while the corpus goes to the GPU.
+        let (session, (corpus_stats, query_stats)) = rayon::join(
+            || match engine {
+                Engine::Cpu(c) => Ok(Session::Cpu(c.open(corpus, &shift, metric))),
+                Engine::Gpu(g) => retry_smaller(g, || g.open(corpus, &shift, metric)).map(Session::Gpu),
+            },
+            || {
+                let corpus_stats = prepare::row_stats(corpus, &shift, metric);
+                let query_stats =
+                    if same_rows { corpus_stats.clone() } else { prepare::row_stats(queries, &shift, metric) };
+                (corpus_stats, query_stats)
+            },
+        );
+        let mut session = session?;
         let corpus_max = corpus_stats.max();
         let nq = queries.rows();
         // Answers are written into the output as rows are proven; `pending` lists the others.
@@ -284,10 +297,6 @@ impl Knn {
         let mut kc = initial_candidates(k);
         let total = nq as u64;
 
-        let mut session = match engine {
-            Engine::Cpu(c) => Session::Cpu(c.open(corpus, &shift, metric)),
-            Engine::Gpu(g) => Session::Gpu(retry_smaller(g, || g.open(corpus, &shift, metric))?),
-        };
         let mut stats = RunStats { prepare_seconds: started.elapsed().as_secs_f64(), ..RunStats::default() };
         while !pending.is_empty() {
             stats.rounds += 1;

@@ -173,6 +173,11 @@ pub fn cases() -> Vec<Case> {
         add(format!("{m}: lattice ties"), lattice(&mut rng, 150, 5, 3, 0.0), None, 10, metric);
         add(format!("{m}: offset 1000 lattice"), lattice(&mut rng, 120, 16, 4, 1000.0), None, 8, metric);
         add(format!("{m}: wide rows d=300 k=9"), random(&mut rng, 150, 300, 2.0), None, 9, metric);
+        // Exact keys of long rows run the same slot of 256 neighbouring rows side by side:
+        // three blocks of rows, the last of 8 (the order does not depend on the metric).
+        if matches!(metric, Metric::SqEuclidean | Metric::Cosine | Metric::Correlation) {
+            add(format!("{m}: wide rows 520 x 260 k=5"), random(&mut rng, 520, 260, 1.0), None, 5, metric);
+        }
         // Rows of a few dozen values, a multiple of 4: the grouped vec4 exact-key kernel (the
         // odd sizes above and the search below take the scalar one).
         add(format!("{m}: rows of 64 values k=6"), random(&mut rng, 80, 64, 1.0), None, 6, metric);
