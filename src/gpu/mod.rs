@@ -45,8 +45,10 @@ const DISCRETE_BUDGET: u64 = 4 << 30;
 const GROUPED_ROWS: usize = 32;
 /// Dimension from which exact keys are computed by a workgroup per candidate.
 const WIDE_ROWS: usize = 256;
-/// Uploads larger than this are split into parts written by several cores.
-const UPLOAD_PART: usize = 8 << 20;
+/// Uploads larger than this are split into parts written by several cores, a group of one
+/// part per core submitted at a time (2 MiB: eight groups at d=4096 n=16384, whose copies
+/// overlap the writing of the next; 8 MiB parts gave two groups and no gain).
+const UPLOAD_PART: usize = 2 << 20;
 /// Below this budget an out-of-memory error is final.
 const MIN_RETRY_BUDGET: u64 = 8 << 20;
 /// Uniform slots are this far apart (the largest `min_uniform_buffer_offset_alignment`).
@@ -473,24 +475,30 @@ impl GpuEngine {
         // Large inputs: written part by part into wgpu's staging memory on every core (one
         // core writes mapped memory at a few GB/s), then copied on the GPU at the next
         // submission. Not through buffers mapped at creation: wgpu zero-fills those on the
-        // creating thread first, which doubled the bytes written (d=4096: 268 MB).
+        // creating thread first, which doubled the bytes written (d=4096: 268 MB). A group of
+        // parts, one per core, is submitted as soon as it is written, so that its copy runs
+        // while the next group is written.
         let buffer = self.buffer(label, contents.len() as u64, usage)?;
-        let written = contents.par_chunks(UPLOAD_PART).enumerate().all(|(i, part)| {
-            let size = wgpu::BufferSize::new(part.len() as u64).expect("parts are not empty");
-            match self.ctx.queue.write_buffer_with(&buffer, (i * UPLOAD_PART) as u64, size) {
-                Some(mut view) => {
-                    view.copy_from_slice(part);
-                    true
+        let group = rayon::current_num_threads().max(1) * UPLOAD_PART;
+        for (g, bytes) in contents.chunks(group).enumerate() {
+            let written = bytes.par_chunks(UPLOAD_PART).enumerate().all(|(i, part)| {
+                let size = wgpu::BufferSize::new(part.len() as u64).expect("parts are not empty");
+                let at = (g * group + i * UPLOAD_PART) as u64;
+                match self.ctx.queue.write_buffer_with(&buffer, at, size) {
+                    Some(mut view) => {
+                        view.copy_from_slice(part);
+                        true
+                    }
+                    None => false,
                 }
-                None => false,
+            });
+            if !written {
+                // The error was recorded by the device's handler; report it (usually out of memory).
+                self.ctx.wait()?;
+                return Err(Error::OutOfMemory(format!("staging memory for uploading {label}")));
             }
-        });
-        if !written {
-            // The error was recorded by the device's handler; report it (usually out of memory).
-            self.ctx.wait()?;
-            return Err(Error::OutOfMemory(format!("staging memory for uploading {label}")));
+            self.ctx.queue.submit([]);
         }
-        self.ctx.queue.submit([]);
         Ok(buffer)
     }
 
