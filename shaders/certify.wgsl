@@ -8,10 +8,13 @@
 //   key of the list minus the row's fp32 error bound (floored at 0 except for inner product).
 // Status per row: 0 accepted (k neighbours), 2 + m accepted with only m < k neighbours (all
 // there are), 1 not accepted: the row is searched again with more candidates.
-// One workgroup per row. The row's (exact key, index) pairs are sorted in workgroup memory by
-// a bitonic network over kc rounded up to a power of two (at most MAX_KC, set by the host):
-// O(kc log^2 kc) comparisons, where ranking by counting took kc^2 (2.3x slower at kc = 1250,
-// though it kept 10 KiB less workgroup memory). Needs SHADER_F64.
+// Lists of up to MAX_KC (set by the host) take one workgroup per row (`certify_rows`): the
+// row's (exact key, index) pairs are sorted in workgroup memory by a bitonic network over kc
+// rounded up to a power of two: O(kc log^2 kc) comparisons, where ranking by counting took
+// kc^2 (2.3x slower at kc = 1250, though it kept 10 KiB less workgroup memory). Longer lists
+// are cut into runs of MAX_KC slots: `sort_runs` sorts each run in place (a workgroup per run)
+// and `certify_runs` (a workgroup per row) finds each pair's rank in the row by binary
+// searches in the other runs. Needs SHADER_F64.
 
 struct Params {
     rows: u32,
@@ -30,14 +33,17 @@ const NONE: u32 = 0xffffffffu;
 override MAX_KC: u32 = 2048u;
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> candidates: array<vec2<u32>>;
-@group(0) @binding(2) var<storage, read> exact: array<f64>;
+// Written only by `sort_runs`, which leaves each run's pairs sorted in place.
+@group(0) @binding(1) var<storage, read_write> candidates: array<vec2<u32>>;
+@group(0) @binding(2) var<storage, read_write> exact: array<f64>;
 // Per row: (corpus index to exclude, shortlist bound); only the first is used here.
 @group(0) @binding(3) var<storage, read> row_state: array<vec2<u32>>;
 @group(0) @binding(4) var<storage, read> error_bounds: array<f64>;
 @group(0) @binding(5) var<storage, read_write> ranked_ids: array<u32>;
 @group(0) @binding(6) var<storage, read_write> ranked_keys: array<f64>;
 @group(0) @binding(7) var<storage, read_write> status: array<u32>;
+// Per row and run (`sort_runs`): (valid pairs, bits of the largest fp32 key).
+@group(0) @binding(8) var<storage, read_write> run_stats: array<vec2<u32>>;
 
 var<workgroup> valid_count: array<u32, WG>;
 var<workgroup> largest: array<f32, WG>;
@@ -66,17 +72,52 @@ fn certify_rows(
     let base = row * kc;
     let own = row_state[row].x;
 
-    // Valid candidates and the largest fp32 key of the list (self included, as on the host).
+    let summary = load_and_sort(lid, base, kc, own);
+    let valid = summary.x;
+
+    for (var r = lid; r < min(params.k, valid); r += WG) {
+        ranked_ids[row * params.k + r] = row_ids[r];
+        ranked_keys[row * params.k + r] = row_keys[r];
+    }
+
+    if (lid == 0u) {
+        status[row] = decide(row, kc, valid, own, bitcast<f32>(summary.y), row_keys[params.k - 1u]);
+    }
+}
+
+// The row's status from its valid pairs, its largest fp32 key and its k-th exact key (read
+// only when there are k valid pairs); see the head of this file.
+fn decide(row: u32, kc: u32, valid: u32, own: u32, top: f32, kth: f64) -> u32 {
+    let available = params.corpus_rows - select(0u, 1u, own != NONE);
+    let complete = valid >= available || valid < kc;
+    if (valid < params.k) {
+        // Fewer than k exist at all (complete), or the list must grow.
+        return select(1u, 2u + valid, complete);
+    }
+    if (complete) {
+        return 0u;
+    }
+    var outside = f64(top) - error_bounds[row];
+    if (params.floor_zero == 1u) {
+        outside = max(outside, 0.0lf);
+    }
+    return select(1u, 0u, kth <= outside);
+}
+
+// Loads the `len` pairs from slot `base` (padding and the query itself as NONE) into
+// workgroup memory and sorts them by (exact key, index). Returns (valid pairs, bits of the
+// largest fp32 key, the query itself included as on the host), the same in every invocation.
+fn load_and_sort(lid: u32, base: u32, len: u32, own: u32) -> vec2<u32> {
     var count = 0u;
     var top = bitcast<f32>(0xff800000u);
     var sorted = 1u;
-    while (sorted < kc) {
+    while (sorted < len) {
         sorted *= 2u;
     }
     for (var i = lid; i < sorted; i += WG) {
         var id = NONE;
         var key = 0.0lf;
-        if (i < kc) {
+        if (i < len) {
             let c = candidates[base + i];
             if (c.y != NONE) {
                 top = max(top, bitcast<f32>(c.x));
@@ -100,9 +141,9 @@ fn certify_rows(
         }
         workgroupBarrier();
     }
-    let valid = workgroupUniformLoad(&valid_count[0]);
+    let summary = vec2<u32>(valid_count[0], bitcast<u32>(largest[0]));
 
-    // Bitonic sort of the `sorted` pairs; the first k valid ones are the answer.
+    // Bitonic sort of the `sorted` pairs.
     for (var size = 2u; size <= sorted; size *= 2u) {
         for (var stride = size / 2u; stride > 0u; stride /= 2u) {
             for (var t = lid; t < sorted / 2u; t += WG) {
@@ -123,26 +164,99 @@ fn certify_rows(
             workgroupBarrier();
         }
     }
-    for (var r = lid; r < min(params.k, valid); r += WG) {
-        ranked_ids[row * params.k + r] = row_ids[r];
-        ranked_keys[row * params.k + r] = row_keys[r];
-    }
+    return summary;
+}
 
+// Lists longer than MAX_KC, pass 1: sorts run `wid % runs` of row `wid / runs` in place (its
+// valid pairs first, by (exact key, index); the query itself and padding after them, as
+// NONE) and records the run's valid pairs and largest fp32 key.
+@compute @workgroup_size(WG)
+fn sort_runs(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
+    let runs = (params.kc + MAX_KC - 1u) / MAX_KC;
+    let w = wid.x + wid.y * params.groups_x;
+    if (w >= params.rows * runs) {
+        return;
+    }
+    let row = w / runs;
+    let run = w % runs;
+    let start = run * MAX_KC;
+    let len = min(MAX_KC, params.kc - start);
+    let base = row * params.kc + start;
+    let summary = load_and_sort(lid, base, len, row_state[row].x);
+    for (var i = lid; i < len; i += WG) {
+        candidates[base + i] = vec2<u32>(0u, row_ids[i]);
+        exact[base + i] = row_keys[i];
+    }
     if (lid == 0u) {
-        let available = params.corpus_rows - select(0u, 1u, own != NONE);
-        let complete = valid >= available || valid < kc;
-        if (valid < params.k) {
-            // Fewer than k exist at all (complete), or the list must grow.
-            status[row] = select(1u, 2u + valid, complete);
-        } else if (complete) {
-            status[row] = 0u;
+        run_stats[w] = summary;
+    }
+}
+
+// Pairs of `run` (its first `count` slots, sorted by `sort_runs`) that come before (key, id).
+fn rank_in_run(row: u32, run: u32, count: u32, key: f64, id: u32) -> u32 {
+    let base = row * params.kc + run * MAX_KC;
+    var lo = 0u;
+    var hi = count;
+    while (lo < hi) {
+        let mid = (lo + hi) / 2u;
+        if (before(exact[base + mid], candidates[base + mid].y, key, id)) {
+            lo = mid + 1u;
         } else {
-            var outside = f64(largest[0]) - error_bounds[row];
-            if (params.floor_zero == 1u) {
-                outside = max(outside, 0.0lf);
-            }
-            let accepted = row_keys[params.k - 1u] <= outside;
-            status[row] = select(1u, 0u, accepted);
+            hi = mid;
         }
+    }
+    return lo;
+}
+
+// Lists longer than MAX_KC, pass 2: each valid pair's rank in the row is its place in its run
+// plus the pairs before it in every other run; the first k are the answer. Then the
+// certificate, as `certify_rows` decides it.
+@compute @workgroup_size(WG)
+fn certify_runs(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
+    let row = wid.x + wid.y * params.groups_x;
+    if (row >= params.rows) {
+        return;
+    }
+    let runs = (params.kc + MAX_KC - 1u) / MAX_KC;
+    var valid = 0u;
+    var top = bitcast<f32>(0xff800000u);
+    for (var r = 0u; r < runs; r++) {
+        let stats = run_stats[row * runs + r];
+        valid += stats.x;
+        top = max(top, bitcast<f32>(stats.y));
+    }
+    for (var i = lid; i < params.kc; i += WG) {
+        let run = i / MAX_KC;
+        let place = i % MAX_KC;
+        if (place >= run_stats[row * runs + run].x) {
+            continue;
+        }
+        let key = exact[row * params.kc + i];
+        let id = candidates[row * params.kc + i].y;
+        var rank = place;
+        for (var r = 0u; r < runs; r++) {
+            if (r != run) {
+                rank += rank_in_run(row, r, run_stats[row * runs + r].x, key, id);
+            }
+        }
+        if (rank < params.k) {
+            ranked_ids[row * params.k + rank] = id;
+            ranked_keys[row * params.k + rank] = key;
+        }
+    }
+    storageBarrier();
+    workgroupBarrier();
+    if (lid == 0u) {
+        var kth = 0.0lf;
+        if (valid >= params.k) {
+            kth = ranked_keys[row * params.k + params.k - 1u];
+        }
+        status[row] = decide(row, params.kc, valid, row_state[row].x, top, kth);
     }
 }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{cases, check, large_corpus_case, larger_cases, symmetric_cases, Case};
+use common::{cases, check, large_corpus_case, larger_cases, long_list_cases, symmetric_cases, Case};
 use knng::{Backend, Knn, Options};
 
 /// `default_budget`: the engine runs with the default memory budget, so every case's corpus
@@ -165,6 +165,18 @@ fn gpu_large_corpus_matches_float64_oracle() {
         true,
         false,
     );
+}
+
+/// Lists longer than one run of the GPU ranking, at the default budget (so that the GPU ranks
+/// them where the adapter has f64: `run_cases` asserts it).
+#[test]
+fn long_candidate_lists_match_float64_oracle() {
+    let cpu = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
+    run_cases(&cpu, long_list_cases(), true, false);
+    if let Some(knn) = gpu(false, None) {
+        run_cases(&knn, long_list_cases(), true, false);
+    }
+    run_cases(&gpu(true, None).expect("the workgroup select runs on every adapter"), long_list_cases(), true, false);
 }
 
 /// Graphs swept in symmetric blocks: query tiles of 256 rows, distance tiles of 384, and a

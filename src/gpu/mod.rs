@@ -5,9 +5,9 @@
 //! under its running bound to a shortlist) -> `select_rows` on the dense tile (the first
 //! tile, and rows whose shortlist overflowed) -> a merge into the running kc best. Then
 //! `exact_keys` computes float64 keys of the final candidates and `certify_rows` ranks them
-//! and checks each row's certificate, so that only k answers per row come back; without
-//! SHADER_F64 (or for kc > 2048) the candidate lists come back and the host does both
-//! (`refine`).
+//! and checks each row's certificate (lists longer than 2048: `sort_runs` and `certify_runs`),
+//! so that only k answers per row come back; without SHADER_F64 the candidate lists come back
+//! and the host does both (`refine`).
 //!
 //! This module holds the engine (device, pipelines, submission, profiling); `session` a
 //! prepared corpus and the candidate search against it; `context` adapter discovery and
@@ -125,10 +125,20 @@ struct CertifyParams {
     _pad: [u32; 2],
 }
 
-/// Largest candidate list ranked and certified on the GPU: certify.wgsl sorts a row in
-/// workgroup memory (12 bytes a candidate).
+/// Longest candidate list ranked and certified by one workgroup per row: certify.wgsl sorts a
+/// row in workgroup memory (12 bytes a candidate); longer lists are sorted in runs this long.
 const MAX_CERTIFY_KC: usize = 2048;
 const _: () = assert!(MAX_CERTIFY_KC.is_power_of_two());
+
+/// The entry points of certify.wgsl (one layout).
+struct CertifyKernels {
+    /// A workgroup per row, for lists of up to `MAX_CERTIFY_KC` candidates.
+    rows: Kernel,
+    /// Longer lists: each run of `MAX_CERTIFY_KC` slots sorted in place.
+    sort_runs: wgpu::ComputePipeline,
+    /// Longer lists: ranks across the sorted runs and the certificate.
+    certify_runs: wgpu::ComputePipeline,
+}
 
 /// The entry points of refine.wgsl, by row length (one layout).
 struct RefineKernels {
@@ -178,7 +188,7 @@ pub(crate) struct GpuEngine {
     /// Exact float64 keys of the candidates, where the adapter has SHADER_F64.
     refine: Option<RefineKernels>,
     /// Ranking and certificate of each row (`certify.wgsl`), where the adapter has SHADER_F64.
-    certify: Option<Kernel>,
+    certify: Option<CertifyKernels>,
     profiler: Option<Profiler>,
     /// Largest workgroup count per dispatch dimension.
     max_groups: u32,
@@ -374,10 +384,15 @@ impl GpuEngine {
         // 256-entry reductions.
         let certify_bytes = (MAX_CERTIFY_KC * 12 + 256 * 8) as u32;
         let certify = if ctx.f64 && certify_bytes <= ctx.limits.max_compute_workgroup_storage_size {
-            let slots = [RO, RO, RO, RO, RW, RW, RW];
+            let slots = [RW, RW, RO, RO, RW, RW, RW, RW];
             let constants = [("MAX_KC", MAX_CERTIFY_KC as f64)];
             Some(ctx.allocating(|| {
-                kernel(&ctx, "certify", shaders::CERTIFY, "certify_rows", &slots, &constants, Checks::Checked)
+                let rows =
+                    kernel(&ctx, "certify", shaders::CERTIFY, "certify_rows", &slots, &constants, Checks::Checked);
+                let module = shader_module(&ctx, "certify runs", shaders::CERTIFY, Checks::Checked);
+                let sort_runs = pipeline(&ctx, "sort runs", &rows.layout, &module, "sort_runs", &constants);
+                let certify_runs = pipeline(&ctx, "certify runs", &rows.layout, &module, "certify_runs", &constants);
+                CertifyKernels { rows, sort_runs, certify_runs }
             })?)
         } else {
             None
@@ -527,6 +542,8 @@ enum Step {
     RefineWide4,
     RefineGrouped4,
     Certify,
+    SortRuns,
+    CertifyRuns,
 }
 
 /// One dispatch: kernel, parameter slot, workgroups, bind group.
@@ -590,7 +607,7 @@ pub struct GpuTimes {
     pub merge: f64,
     /// Exact float64 keys of the final candidates (`refine.wgsl`); adapters with SHADER_F64.
     pub refine: f64,
-    /// Ranking by exact keys and the certificate, per row (`certify.wgsl`), for moderate kc.
+    /// Ranking by exact keys and the certificate, per row (`certify.wgsl`).
     pub certify: f64,
     /// Host time uploading inputs and reading candidates back, summed over threads: copies out
     /// of one query tile's read-back overlap the next tile's kernels.
@@ -616,7 +633,7 @@ impl GpuTimes {
             Step::Refine | Step::RefineGrouped | Step::RefineWide | Step::RefineWide4 | Step::RefineGrouped4 => {
                 self.refine += seconds
             }
-            Step::Certify => self.certify += seconds,
+            Step::Certify | Step::SortRuns | Step::CertifyRuns => self.certify += seconds,
         }
     }
 }
@@ -668,7 +685,9 @@ impl GpuEngine {
                     Step::RefineWide => &self.refine.as_ref().expect("only planned with f64").wide,
                     Step::RefineWide4 => &self.refine.as_ref().expect("only planned with f64").wide4,
                     Step::RefineGrouped4 => &self.refine.as_ref().expect("only planned with f64").grouped4,
-                    Step::Certify => &self.certify.as_ref().expect("only planned with f64").pipeline,
+                    Step::Certify => &self.certify.as_ref().expect("only planned with f64").rows.pipeline,
+                    Step::SortRuns => &self.certify.as_ref().expect("only planned with f64").sort_runs,
+                    Step::CertifyRuns => &self.certify.as_ref().expect("only planned with f64").certify_runs,
                 };
                 let stamp = timed.filter(|&(_, n)| (i as u32) < n).map(|(p, _)| p);
                 if let Some(p) = stamp {

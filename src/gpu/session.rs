@@ -86,6 +86,8 @@ struct CertifyBuffers {
     ids: wgpu::Buffer,
     keys: wgpu::Buffer,
     status: wgpu::Buffer,
+    /// Per row and run of `MAX_CERTIFY_KC` slots, for longer lists (`sort_runs`).
+    run_stats: wgpu::Buffer,
     keys_at: u64,
     status_at: u64,
     flags_at: u64,
@@ -141,6 +143,7 @@ impl TileBuffers {
                     ids: gpu.buffer("ranked rows", (q * k * 4) as u64, storage | copy)?,
                     keys: gpu.buffer("ranked keys", (q * k * 8) as u64, storage | copy)?,
                     status: gpu.buffer("certificates", (q * 4) as u64, storage | copy)?,
+                    run_stats: gpu.buffer("run statistics", (q * kc.div_ceil(MAX_CERTIFY_KC) * 8) as u64, storage)?,
                     keys_at,
                     status_at,
                     flags_at: status_at + (q * 4) as u64,
@@ -298,8 +301,8 @@ impl CorpusSession<'_> {
         };
         let gpu_exact = self.raw_corpus.is_some();
         let started = std::time::Instant::now();
-        // Ranking on the GPU needs its exact keys, and costs kc^2 a row.
-        let certify = certify.filter(|_| gpu_exact && gpu.certify.is_some() && kc <= MAX_CERTIFY_KC);
+        // Ranking on the GPU needs its exact keys.
+        let certify = certify.filter(|_| gpu_exact && gpu.certify.is_some());
         let certify_k = certify.map(|c| c.k);
         let key = TileKey { corpus: (self.corpus.rows(), d), tiles, kc, column_tiles, gpu_exact, certify_k };
         let mut cached = gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -707,7 +710,7 @@ impl CorpusSession<'_> {
             if let (Some(cb), Some(kernel), Some(c)) = (&b.certify, &gpu.certify, certify) {
                 gpu.ctx.queue.write_buffer(&cb.error_bounds, 0, bytemuck::cast_slice(&c.error_bounds[q0..q0 + rows]));
                 let (gx, gy) = grid(rows, gpu.max_groups);
-                let offset = params.push(CertifyParams {
+                let certify_params = CertifyParams {
                     rows: rows as u32,
                     kc: kc as u32,
                     k: cb.k as u32,
@@ -715,10 +718,11 @@ impl CorpusSession<'_> {
                     groups_x: gx,
                     floor_zero: c.floor_zero as u32,
                     _pad: [0; 2],
-                });
+                };
+                let offset = params.push(certify_params);
                 certify_bind = bind_group_at(
                     device,
-                    &kernel.layout,
+                    &kernel.rows.layout,
                     &b.uniform,
                     &[
                         (&b.candidates, lists_at),
@@ -728,9 +732,17 @@ impl CorpusSession<'_> {
                         (&cb.ids, 0),
                         (&cb.keys, 0),
                         (&cb.status, 0),
+                        (&cb.run_stats, 0),
                     ],
                 );
-                jobs.push(Job { step: Step::Certify, offset, groups: (gx, gy), bind: &certify_bind });
+                if kc <= MAX_CERTIFY_KC {
+                    jobs.push(Job { step: Step::Certify, offset, groups: (gx, gy), bind: &certify_bind });
+                } else {
+                    let (sx, sy) = grid(rows * kc.div_ceil(MAX_CERTIFY_KC), gpu.max_groups);
+                    let sort_offset = params.push(CertifyParams { groups_x: sx, ..certify_params });
+                    jobs.push(Job { step: Step::SortRuns, offset: sort_offset, groups: (sx, sy), bind: &certify_bind });
+                    jobs.push(Job { step: Step::CertifyRuns, offset, groups: (gx, gy), bind: &certify_bind });
+                }
             }
             gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
             gpu.submit(encoder, &jobs)?;

@@ -277,6 +277,36 @@ pub fn larger_cases() -> Vec<Case> {
     ]
 }
 
+/// Candidate lists longer than 2048 pairs, which the GPU ranks in sorted runs: two runs of
+/// a search; a cosine graph of nearly parallel vectors, whose certificates fail and send rows
+/// to a second round with every row a candidate; and k = n.
+pub fn long_list_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(23);
+    vec![
+        Case {
+            name: "euclidean: search 3000 x 40 queries d=6 k=2100".into(),
+            corpus: random(&mut rng, 3000, 6, 0.5),
+            queries: Some(random(&mut rng, 40, 6, 0.5)),
+            k: 2100,
+            metric: Metric::Euclidean,
+        },
+        Case {
+            name: "cosine: lattice graph n=2600 d=3 k=1700 offset 1000".into(),
+            corpus: lattice(&mut rng, 2600, 3, 5, 1000.0),
+            queries: None,
+            k: 1700,
+            metric: Metric::Cosine,
+        },
+        Case {
+            name: "cosine: search 2500 x 12 queries d=5 k=n".into(),
+            corpus: random(&mut rng, 2500, 5, 0.3),
+            queries: Some(random(&mut rng, 12, 5, 0.3)),
+            k: 2500,
+            metric: Metric::Cosine,
+        },
+    ]
+}
+
 /// A corpus of more than 8 MiB (uploaded in parts by several cores) searched by a few queries.
 pub fn large_corpus_case() -> Case {
     let mut rng = StdRng::seed_from_u64(11);
