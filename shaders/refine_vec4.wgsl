@@ -9,8 +9,8 @@
 @group(0) @binding(1) var<storage, read> queries: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> corpus: array<vec4<f32>>;
 
-// Loads of each row in flight per invocation and step.
-const DEPTH: u32 = 4u;
+// DEPTH, the loads of each row in flight per invocation and step, is declared by the host
+// (`shaders::refine`), which also unrolls the loops over it: one number for both.
 
 // Where row `row` starts in `queries` or `corpus`, in vec4s.
 fn row_start(row: u32) -> u32 {

@@ -37,11 +37,15 @@ pub fn distance(depth: u32) -> String {
     unroll(DISTANCE, &[("BK", depth)])
 }
 
+/// Loads of each row in flight per invocation and step in refine_vec4.wgsl (`DEPTH`).
+const REFINE_DEPTH: u32 = 4;
+
 /// The exact-key kernels for any row length (`vec4: false`) or for lengths a multiple of 4,
 /// their marked loops unrolled.
 pub fn refine(vec4: bool) -> String {
     let rows = if vec4 { REFINE_VEC4 } else { REFINE_SCALAR };
-    unroll(&format!("{REFINE}\n{rows}"), &[("DEPTH", 4)])
+    let source = format!("const DEPTH: u32 = {REFINE_DEPTH}u;\n{REFINE}\n{rows}");
+    unroll(&source, &[("DEPTH", REFINE_DEPTH)])
 }
 
 /// Expands each loop marked `// unroll(VAR, BOUND)` into one block per iteration, each binding
