@@ -41,24 +41,81 @@ impl RowStats {
 
 /// Checks that every value is finite and usable, naming the first bad row and column.
 pub(crate) fn validate(what: &'static str, m: MatrixRef<'_>, metric: Metric) -> Result<()> {
+    check_shape(what, m)?;
+    // Parallel scan, but report the first offending row, as a sequential reader would.
+    match (0..m.rows()).into_par_iter().find_first(|&i| bad_row(m.row(i), metric)) {
+        Some(i) => Err(row_error(what, m, i, metric)),
+        None => Ok(()),
+    }
+}
+
+/// [`validate`] for a corpus, which also returns the translation applied before the fp32
+/// GEMM: the corpus column mean for the euclidean family (distances are translation
+/// invariant, and centring removes the large common offset that makes |x|^2 + |y|^2 - 2x.y
+/// cancel), zero otherwise. One pass over the corpus: for large inputs each would be a read of
+/// the whole matrix.
+pub(crate) fn validate_corpus(what: &'static str, corpus: MatrixRef<'_>, metric: Metric) -> Result<Vec<f32>> {
+    check_shape(what, corpus)?;
+    let d = corpus.cols();
+    let centre = centred(metric);
+    let (first_bad, sums) = (0..corpus.rows())
+        .into_par_iter()
+        .fold(
+            || (usize::MAX, vec![0.0f64; if centre { d } else { 0 }]),
+            |(first_bad, mut acc), i| {
+                let row = corpus.row(i);
+                for (a, &v) in acc.iter_mut().zip(row) {
+                    *a += v as f64;
+                }
+                // A fold sees its rows in increasing order: its first bad row is its least.
+                let bad = first_bad == usize::MAX && bad_row(row, metric);
+                (if bad { i } else { first_bad }, acc)
+            },
+        )
+        .reduce(
+            || (usize::MAX, vec![0.0f64; if centre { d } else { 0 }]),
+            |(bad_a, mut a), (bad_b, b)| {
+                for (x, y) in a.iter_mut().zip(b) {
+                    *x += y;
+                }
+                (bad_a.min(bad_b), a)
+            },
+        );
+    if first_bad != usize::MAX {
+        return Err(row_error(what, corpus, first_bad, metric));
+    }
+    Ok(if centre { sums.iter().map(|s| (s / corpus.rows() as f64) as f32).collect() } else { vec![0.0; d] })
+}
+
+fn check_shape(what: &'static str, m: MatrixRef<'_>) -> Result<()> {
     if m.rows() == 0 || m.cols() == 0 {
         return Err(Error::Empty { what, rows: m.rows(), cols: m.cols() });
     }
-    // Parallel scan, but report the first offending row, as a sequential reader would.
-    let bad = (0..m.rows()).into_par_iter().find_first(|&i| {
-        let row = m.row(i);
-        row.iter().any(|v| !v.is_finite() || v.abs() > MAX_ABS) || degenerate(row, metric)
-    });
-    let Some(i) = bad else { return Ok(()) };
+    Ok(())
+}
+
+fn bad_row(row: &[f32], metric: Metric) -> bool {
+    // `!(|v| <= MAX_ABS)` is also true for NaN and infinities.
+    row.iter().any(|v| !(v.abs() <= MAX_ABS)) || degenerate(row, metric)
+}
+
+/// The error for row `i`, which `bad_row` refused: its first bad column, or why the row
+/// itself is unusable under `metric`.
+fn row_error(what: &'static str, m: MatrixRef<'_>, i: usize, metric: Metric) -> Error {
     let row = m.row(i);
     if let Some((col, &value)) = row.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-        return Err(Error::NonFinite { what, row: i, col, value });
+        return Error::NonFinite { what, row: i, col, value };
     }
     if let Some((col, &value)) = row.iter().enumerate().find(|(_, v)| v.abs() > MAX_ABS) {
-        return Err(Error::TooLarge { what, row: i, col, value });
+        return Error::TooLarge { what, row: i, col, value };
     }
     let problem = if metric == Metric::Cosine { "a zero vector" } else { "constant (zero variance)" };
-    Err(Error::DegenerateRow { what, row: i, problem, metric: metric.name() })
+    Error::DegenerateRow { what, row: i, problem, metric: metric.name() }
+}
+
+/// The euclidean family is centred on the corpus mean before the fp32 GEMM.
+fn centred(metric: Metric) -> bool {
+    matches!(metric, Metric::Euclidean | Metric::SqEuclidean)
 }
 
 fn degenerate(row: &[f32], metric: Metric) -> bool {
@@ -67,37 +124,6 @@ fn degenerate(row: &[f32], metric: Metric) -> bool {
         Metric::Correlation => row.iter().all(|&v| v == row[0]),
         _ => false,
     }
-}
-
-/// The translation applied before the fp32 GEMM: the corpus column mean for the euclidean
-/// family (distances are translation invariant, and centring removes the large common offset
-/// that makes |x|^2 + |y|^2 - 2x.y cancel), zero otherwise.
-pub(crate) fn shift(corpus: MatrixRef<'_>, metric: Metric) -> Vec<f32> {
-    let d = corpus.cols();
-    if !matches!(metric, Metric::Euclidean | Metric::SqEuclidean) {
-        return vec![0.0; d];
-    }
-    let sums = (0..corpus.rows())
-        .into_par_iter()
-        .fold(
-            || vec![0.0f64; d],
-            |mut acc, i| {
-                for (a, &v) in acc.iter_mut().zip(corpus.row(i)) {
-                    *a += v as f64;
-                }
-                acc
-            },
-        )
-        .reduce(
-            || vec![0.0f64; d],
-            |mut a, b| {
-                for (x, y) in a.iter_mut().zip(b) {
-                    *x += y;
-                }
-                a
-            },
-        );
-    sums.iter().map(|s| (s / corpus.rows() as f64) as f32).collect()
 }
 
 /// One row transformed for the fp32 GEMM, computed in float64 and rounded once.

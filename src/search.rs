@@ -210,14 +210,14 @@ impl Knn {
     ///
     /// `k` may be anything from 1 to the number of corpus rows.
     pub fn search(&self, corpus: MatrixRef<'_>, queries: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
-        prepare::validate("corpus", corpus, metric)?;
+        let shift = prepare::validate_corpus("corpus", corpus, metric)?;
         prepare::validate("queries", queries, metric)?;
         if corpus.cols() != queries.cols() {
             return Err(Error::DimensionMismatch { corpus: corpus.cols(), queries: queries.cols() });
         }
         check_k(k, corpus.rows(), "the number of corpus rows")?;
         let exclude = vec![NONE; queries.rows()];
-        self.run(corpus, queries, &exclude, k, metric)
+        self.run(corpus, queries, &shift, &exclude, k, metric)
     }
 
     /// The exact kNN graph of `data`: for every row its `k` nearest other rows (itself
@@ -225,15 +225,15 @@ impl Knn {
     ///
     /// `k` may be anything from 1 to n - 1 (n with `include_self`).
     pub fn graph(&self, data: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
-        prepare::validate("data", data, metric)?;
+        let shift = prepare::validate_corpus("data", data, metric)?;
         if self.options.include_self {
             check_k(k, data.rows(), "the number of rows")?;
             let exclude = vec![NONE; data.rows()];
-            self.run(data, data, &exclude, k, metric)
+            self.run(data, data, &shift, &exclude, k, metric)
         } else {
             check_k(k, data.rows().saturating_sub(1), "the number of rows - 1 (the point itself is excluded)")?;
             let exclude: Vec<u32> = (0..data.rows() as u32).collect();
-            self.run(data, data, &exclude, k, metric)
+            self.run(data, data, &shift, &exclude, k, metric)
         }
     }
 
@@ -241,15 +241,16 @@ impl Knn {
         &self,
         corpus: MatrixRef<'_>,
         queries: MatrixRef<'_>,
+        shift: &[f32],
         exclude: &[u32],
         k: usize,
         metric: Metric,
     ) -> Result<Neighbors> {
-        match self.run_on(&self.engine, corpus, queries, exclude, k, metric) {
+        match self.run_on(&self.engine, corpus, queries, shift, exclude, k, metric) {
             // A problem the GPU cannot hold (a k whose candidate lists exceed its largest
             // buffer) still has an answer: with `auto`, compute it on the CPU.
             Err(Error::TooLargeForDevice(_)) if self.options.backend == Backend::Auto => {
-                self.run_on(&Engine::Cpu(CpuEngine::new()), corpus, queries, exclude, k, metric)
+                self.run_on(&Engine::Cpu(CpuEngine::new()), corpus, queries, shift, exclude, k, metric)
             }
             other => other,
         }
@@ -260,6 +261,7 @@ impl Knn {
         engine: &Engine,
         corpus: MatrixRef<'_>,
         queries: MatrixRef<'_>,
+        shift: &[f32],
         exclude: &[u32],
         k: usize,
         metric: Metric,
@@ -269,7 +271,6 @@ impl Knn {
         }
         let started = std::time::Instant::now();
         let d = corpus.cols();
-        let shift = prepare::shift(corpus, metric);
         // A graph's queries are its corpus: one float64 pass serves both, and the GPU copies
         // the prepared corpus rows instead of preparing them again.
         let same_rows = queries.rows() == corpus.rows() && std::ptr::eq(queries.as_slice(), corpus.as_slice());
@@ -277,13 +278,13 @@ impl Knn {
         // while the corpus goes to the GPU.
         let (session, (corpus_stats, query_stats)) = rayon::join(
             || match engine {
-                Engine::Cpu(c) => Ok(Session::Cpu(c.open(corpus, &shift, metric))),
-                Engine::Gpu(g) => retry_smaller(g, || g.open(corpus, &shift, metric)).map(Session::Gpu),
+                Engine::Cpu(c) => Ok(Session::Cpu(c.open(corpus, shift, metric))),
+                Engine::Gpu(g) => retry_smaller(g, || g.open(corpus, shift, metric)).map(Session::Gpu),
             },
             || {
-                let corpus_stats = prepare::row_stats(corpus, &shift, metric);
+                let corpus_stats = prepare::row_stats(corpus, shift, metric);
                 let query_stats =
-                    if same_rows { corpus_stats.clone() } else { prepare::row_stats(queries, &shift, metric) };
+                    if same_rows { corpus_stats.clone() } else { prepare::row_stats(queries, shift, metric) };
                 (corpus_stats, query_stats)
             },
         );
