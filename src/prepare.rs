@@ -95,8 +95,7 @@ fn check_shape(what: &'static str, m: MatrixRef<'_>) -> Result<()> {
 }
 
 fn bad_row(row: &[f32], metric: Metric) -> bool {
-    // `!(|v| <= MAX_ABS)` is also true for NaN and infinities.
-    row.iter().any(|v| !(v.abs() <= MAX_ABS)) || degenerate(row, metric)
+    row.iter().any(|v| !v.is_finite() || v.abs() > MAX_ABS) || degenerate(row, metric)
 }
 
 /// The error for row `i`, which `bad_row` refused: its first bad column, or why the row

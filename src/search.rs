@@ -217,7 +217,7 @@ impl Knn {
         }
         check_k(k, corpus.rows(), "the number of corpus rows")?;
         let exclude = vec![NONE; queries.rows()];
-        self.run(corpus, queries, &shift, &exclude, k, metric)
+        self.run(&Task { corpus, queries, shift, exclude, k, metric })
     }
 
     /// The exact kNN graph of `data`: for every row its `k` nearest other rows (itself
@@ -229,43 +229,28 @@ impl Knn {
         if self.options.include_self {
             check_k(k, data.rows(), "the number of rows")?;
             let exclude = vec![NONE; data.rows()];
-            self.run(data, data, &shift, &exclude, k, metric)
+            self.run(&Task { corpus: data, queries: data, shift, exclude, k, metric })
         } else {
             check_k(k, data.rows().saturating_sub(1), "the number of rows - 1 (the point itself is excluded)")?;
             let exclude: Vec<u32> = (0..data.rows() as u32).collect();
-            self.run(data, data, &shift, &exclude, k, metric)
+            self.run(&Task { corpus: data, queries: data, shift, exclude, k, metric })
         }
     }
 
-    fn run(
-        &self,
-        corpus: MatrixRef<'_>,
-        queries: MatrixRef<'_>,
-        shift: &[f32],
-        exclude: &[u32],
-        k: usize,
-        metric: Metric,
-    ) -> Result<Neighbors> {
-        match self.run_on(&self.engine, corpus, queries, shift, exclude, k, metric) {
+    fn run(&self, task: &Task<'_>) -> Result<Neighbors> {
+        match self.run_on(&self.engine, task) {
             // A problem the GPU cannot hold (a k whose candidate lists exceed its largest
             // buffer) still has an answer: with `auto`, compute it on the CPU.
             Err(Error::TooLargeForDevice(_)) if self.options.backend == Backend::Auto => {
-                self.run_on(&Engine::Cpu(CpuEngine::new()), corpus, queries, shift, exclude, k, metric)
+                self.run_on(&Engine::Cpu(CpuEngine::new()), task)
             }
             other => other,
         }
     }
 
-    fn run_on(
-        &self,
-        engine: &Engine,
-        corpus: MatrixRef<'_>,
-        queries: MatrixRef<'_>,
-        shift: &[f32],
-        exclude: &[u32],
-        k: usize,
-        metric: Metric,
-    ) -> Result<Neighbors> {
+    fn run_on(&self, engine: &Engine, task: &Task<'_>) -> Result<Neighbors> {
+        let Task { corpus, queries, k, metric, .. } = *task;
+        let (shift, exclude) = (&task.shift[..], &task.exclude[..]);
         if corpus.rows() > NONE as usize {
             return Err(Error::arg("data", format!("{} rows exceed the limit of {} rows", corpus.rows(), NONE)));
         }
@@ -422,6 +407,18 @@ impl Knn {
 
         Ok(Neighbors { indices, distances, queries: nq, k })
     }
+}
+
+/// One validated search: every query's `k` nearest corpus rows, `exclude` per query a corpus
+/// row that may not be its answer (itself, in a graph) or `NONE`.
+struct Task<'a> {
+    corpus: MatrixRef<'a>,
+    queries: MatrixRef<'a>,
+    /// From `prepare::validate_corpus`.
+    shift: Vec<f32>,
+    exclude: Vec<u32>,
+    k: usize,
+    metric: Metric,
 }
 
 enum Session<'a> {
