@@ -33,6 +33,7 @@ impl EngineArgs {
             profile,
             distance_tile_depth: self.tile_depth,
             symmetric_graphs: self.symmetric,
+            max_query_tile: self.query_tile.map(|rows| rows as usize),
             ..Options::default()
         };
         Ok(Knn::new(options)?)

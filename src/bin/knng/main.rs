@@ -65,6 +65,9 @@ struct EngineArgs {
     /// Graphs in symmetric blocks: on, off, or chosen by the planner (default), for tuning.
     #[arg(long, value_name = "ON|OFF", hide = true, value_parser = on_off)]
     symmetric: Option<bool>,
+    /// Largest query tile in rows (a symmetric sweep's tile count follows), for tuning.
+    #[arg(long, value_name = "ROWS", hide = true, value_parser = at_least(1))]
+    query_tile: Option<u64>,
     /// GPU memory knng may allocate, in MiB (default 4096 on discrete GPUs, 1024 on others).
     /// Larger values mean fewer, larger tiles; an out-of-memory error halves it and retries.
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
