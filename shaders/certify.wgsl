@@ -29,8 +29,9 @@ struct Params {
 
 const WG: u32 = 256u;
 const NONE: u32 = 0xffffffffu;
-// The largest kc; set by the host (`MAX_CERTIFY_KC`), a power of two.
-override MAX_KC: u32 = 2048u;
+// The longest list sorted at once, and the length of the runs of longer ones; set by the host
+// (`MAX_CERTIFY_KC`), a power of two.
+override MAX_KC: u32 = 1024u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 // Written only by `sort_runs`, which leaves each run's pairs sorted in place.

@@ -5,7 +5,7 @@
 //! under its running bound to a shortlist) -> `select_rows` on the dense tile (the first
 //! tile, and rows whose shortlist overflowed) -> a merge into the running kc best. Then
 //! `exact_keys` computes float64 keys of the final candidates and `certify_rows` ranks them
-//! and checks each row's certificate (lists longer than 2048: `sort_runs` and `certify_runs`),
+//! and checks each row's certificate (lists longer than 1024: `sort_runs` and `certify_runs`),
 //! so that only k answers per row come back; without SHADER_F64 the candidate lists come back
 //! and the host does both (`refine`).
 //!
@@ -126,8 +126,12 @@ struct CertifyParams {
 }
 
 /// Longest candidate list ranked and certified by one workgroup per row: certify.wgsl sorts a
-/// row in workgroup memory (12 bytes a candidate); longer lists are sorted in runs this long.
-const MAX_CERTIFY_KC: usize = 2048;
+/// row in workgroup memory (12 bytes a candidate); longer lists are sorted in runs this long
+/// and ranked across them. 1024 rather than 2048: a list of 1250 (k=1000) was padded to a
+/// 2048-wide sort, and the smaller workgroup memory keeps more rows resident. H100, ranking
+/// ms at 2048 -> 1024: n=65536 k=1000 23 -> 10, k=256 7 -> 3, k=2048 42 -> 23, n=262144 k=10
+/// 13 -> 5 (`notes/exactness.md`).
+const MAX_CERTIFY_KC: usize = 1024;
 const _: () = assert!(MAX_CERTIFY_KC.is_power_of_two());
 
 /// The entry points of certify.wgsl (one layout).

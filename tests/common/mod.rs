@@ -277,7 +277,7 @@ pub fn larger_cases() -> Vec<Case> {
     ]
 }
 
-/// Candidate lists longer than 2048 pairs, which the GPU ranks in sorted runs: two runs of
+/// Candidate lists longer than 1024 pairs, which the GPU ranks in sorted runs: three runs of
 /// a search; a cosine graph of nearly parallel vectors, whose certificates fail and send rows
 /// to a second round with every row a candidate; and k = n.
 pub fn long_list_cases() -> Vec<Case> {
