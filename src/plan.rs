@@ -126,12 +126,12 @@ pub(crate) fn plan_tiles(
         (limits.into_iter().min().unwrap_or(0) as usize, per_query_row)
     };
     // A merge holds the running list and the shortlist in the auxiliary arrays. Shortlists
-    // are an optimisation: under a budget so tight that they would halve the query tile,
-    // every tile is selected densely instead.
+    // are an optimisation: for long lists, or under a budget so tight that they would halve
+    // the query tile, every tile is selected densely instead.
     let mut shortlist_cap = (2 * kc + 64).min(scratch_stride - kc);
     let (mut query_rows, per_query_row) = query_rows_with(shortlist_cap, 1);
     let (dense_rows, _) = query_rows_with(0, 1);
-    if query_rows < dense_rows / 2 || query_rows == 0 {
+    if kc > DENSE_KC || query_rows < dense_rows / 2 || query_rows == 0 {
         shortlist_cap = 0;
         query_rows = dense_rows;
     }
@@ -149,6 +149,14 @@ pub(crate) fn plan_tiles(
     }
     Ok(TilePlan { query_rows, column_tile, dist_stride, scratch_stride, shortlist_cap, read_backs, symmetric: false })
 }
+
+/// Lists longer than this select every distance tile densely instead of keeping shortlists:
+/// a later tile appends about kc / t keys a row, each an atomic slot taken in the GEMM's
+/// epilogue, and at large kc that slowed the GEMM more than dense selects cost. H100, n=65536
+/// d=128, 16384-column tiles, graph ms with shortlists / dense: k=256 (kc=320) 79-84 / 76-80,
+/// k=1000 139-180 / 127-131 (GEMM 52 -> 32 ms, select 8 -> 17), k=2048 225 / 204-217, k=4096
+/// 418-448 / 363-379 (GEMM 111 -> 33 ms).
+pub(crate) const DENSE_KC: usize = 256;
 
 /// One workgroup per query row in the select; a 2-D dispatch covers 65535^2, but tiles stay
 /// moderate so that one submission stays short.
