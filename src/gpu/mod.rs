@@ -125,6 +125,12 @@ struct CertifyParams {
     _pad: [u32; 2],
 }
 
+/// Lists longer than this are merged by a workgroup per row (`select_rows`) instead of a
+/// subgroup (`select_rows_per_subgroup`), whose 32 lanes walk 2 kc pairs. H100, n=65536 d=128,
+/// merge ms subgroup / workgroup: kc=80 5 / 8, kc=320 7 / 9, kc=1250 22 / 14, kc=2560 44 / 21,
+/// kc=5120 95 / 37 (graph k=1000 130-132 -> 120-122 ms, k=4096 360-367 -> 309-325).
+const WIDE_MERGE_KC: usize = 512;
+
 /// Longest candidate list ranked and certified by one workgroup per row: certify.wgsl sorts a
 /// row in workgroup memory (12 bytes a candidate); longer lists are sorted in runs this long
 /// and ranked across them. 1024 rather than 2048: a list of 1250 (k=1000) was padded to a
@@ -539,7 +545,10 @@ enum Step {
     Norms,
     Distance,
     SelectRows,
+    /// A merge by one subgroup per row (where the adapter has subgroups).
     Merge,
+    /// A merge by one workgroup per row, for long lists.
+    MergeWide,
     Refine,
     RefineGrouped,
     RefineWide,
@@ -633,7 +642,7 @@ impl GpuTimes {
             Step::Norms => self.prepare_rows += seconds,
             Step::Distance => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
-            Step::Merge => self.merge += seconds,
+            Step::Merge | Step::MergeWide => self.merge += seconds,
             Step::Refine | Step::RefineGrouped | Step::RefineWide | Step::RefineWide4 | Step::RefineGrouped4 => {
                 self.refine += seconds
             }
@@ -684,6 +693,7 @@ impl GpuEngine {
                     Step::Distance => &self.distance.pipeline,
                     Step::SelectRows => &self.select.pipeline,
                     Step::Merge => self.merge_per_subgroup.as_ref().unwrap_or(&self.select.pipeline),
+                    Step::MergeWide => &self.select.pipeline,
                     Step::Refine => &self.refine.as_ref().expect("only planned with f64").narrow.pipeline,
                     Step::RefineGrouped => &self.refine.as_ref().expect("only planned with f64").grouped,
                     Step::RefineWide => &self.refine.as_ref().expect("only planned with f64").wide,

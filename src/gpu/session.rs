@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use super::{
     bind_group, bind_group_at, grid, map_ready, metric_modes, read_mapped, CertifyParams, DistanceParams, GpuEngine,
     Job, NormsParams, ParamSlots, PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC,
-    PARAM_SLOT, TILE_M, TILE_N, WIDE_ROWS,
+    PARAM_SLOT, TILE_M, TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
 };
 use crate::data::MatrixRef;
 use crate::error::Result;
@@ -560,7 +560,10 @@ impl CorpusSession<'_> {
                 let offset = params.push(self.norms_params(rows, d, gx));
                 jobs.push(Job { step: Step::Norms, offset, groups: (gx, gy), bind: &norms_bind });
             }
-            let merge_groups = |rows: usize| match gpu.rows_per_subgroup_group() {
+            // Long lists merge with a workgroup per row; short ones with a subgroup each.
+            let wide_merge = kc > WIDE_MERGE_KC;
+            let merge_step = if wide_merge { Step::MergeWide } else { Step::Merge };
+            let merge_groups = |rows: usize| match gpu.rows_per_subgroup_group().filter(|_| !wide_merge) {
                 Some(per_group) => (grid(rows.div_ceil(per_group as usize), gpu.max_groups), per_group),
                 None => (grid(rows, gpu.max_groups), 0),
             };
@@ -615,7 +618,7 @@ impl CorpusSession<'_> {
                     if !first_tile {
                         let ((mx, my), per_group) = merge_groups(rows);
                         let offset = params.push(SelectParams { groups_x: mx, rows_per_group: per_group, ..merge });
-                        jobs.push(Job { step: Step::Merge, offset, groups: (mx, my), bind: &select_bind });
+                        jobs.push(Job { step: merge_step, offset, groups: (mx, my), bind: &select_bind });
                     }
                     // The column rows' shortlists, with no tile list to fall back on.
                     for (_, merge_rows) in column_merges(col_base as usize, cols) {
@@ -629,7 +632,7 @@ impl CorpusSession<'_> {
                             ..merge
                         });
                         let bind = column_binds.next().expect("a bind group per column merge");
-                        jobs.push(Job { step: Step::Merge, offset, groups: (mx, my), bind });
+                        jobs.push(Job { step: merge_step, offset, groups: (mx, my), bind });
                     }
                     first_tile = false;
                 }
