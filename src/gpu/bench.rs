@@ -21,13 +21,14 @@ fn uniform(n: usize, seed: u64) -> Vec<f32> {
 
 impl GpuEngine {
     /// Runs the first job untimed (the buffers' first use: zero-fill, driver allocation), then
-    /// all of them in one submission, as the engine submits its dispatches: wall seconds.
+    /// all of them in one submission, as the engine submits its dispatches: wall seconds from
+    /// recording to completion (with `--profile`, not the timestamps' read-back after it).
     fn time_jobs(&self, jobs: &[Job<'_>]) -> Result<f64> {
         self.submit(self.ctx.device.create_command_encoder(&Default::default()), &jobs[..1])?;
         self.take_profile();
         let started = std::time::Instant::now();
-        self.submit(self.ctx.device.create_command_encoder(&Default::default()), jobs)?;
-        Ok(started.elapsed().as_secs_f64())
+        let completed = self.submit(self.ctx.device.create_command_encoder(&Default::default()), jobs)?;
+        Ok((completed - started).as_secs_f64())
     }
 
     /// Times `select_rows` alone: the `k` smallest of each of `rows` rows of `cols` uniform

@@ -683,7 +683,8 @@ impl GpuEngine {
     }
 
     /// Records `jobs` in one compute pass (each timed when profiling), submits and waits.
-    fn submit(&self, mut encoder: wgpu::CommandEncoder, jobs: &[Job<'_>]) -> Result<()> {
+    /// Returns when the work completed (before the profile's timestamps are read back).
+    fn submit(&self, mut encoder: wgpu::CommandEncoder, jobs: &[Job<'_>]) -> Result<std::time::Instant> {
         let timed = self.profiler.as_ref().map(|p| (p, (jobs.len() as u32).min(p.capacity / 2)));
         {
             let mut pass = encoder.begin_compute_pass(&Default::default());
@@ -722,7 +723,8 @@ impl GpuEngine {
         let started = std::time::Instant::now();
         self.ctx.queue.submit([encoder.finish()]);
         self.ctx.wait()?;
-        let waited = started.elapsed().as_secs_f64();
+        let completed = std::time::Instant::now();
+        let waited = (completed - started).as_secs_f64();
         if let Some((p, n)) = timed {
             let stamps: Vec<u64> = read_back(self, &p.resolved, Some(16 * n as usize))?;
             let period = self.ctx.queue.get_timestamp_period() as f64 * 1e-9;
@@ -733,7 +735,7 @@ impl GpuEngine {
             times.span += stamps[2 * n as usize - 1].saturating_sub(stamps[0]) as f64 * period;
             times.submitted += waited;
         }
-        Ok(())
+        Ok(completed)
     }
 }
 
