@@ -40,8 +40,8 @@ pub(crate) struct Candidates {
     /// Exact float64 ranking keys of the candidates, `queries x kc`, when the backend
     /// computed them (the GPU with SHADER_F64); otherwise the host computes them.
     pub exact: Option<Vec<f64>>,
-    /// Each row's answer, ranked and certified by the backend (the GPU with SHADER_F64, for
-    /// moderate kc); `keys`, `ids` and `exact` are then empty.
+    /// Each row's answer, ranked and certified by the backend (the GPU with SHADER_F64);
+    /// `keys`, `ids` and `exact` are then empty.
     pub ranked: Option<BackendRanked>,
 }
 

@@ -131,7 +131,7 @@ pub struct RunStats {
     /// the column side, where no dense tile was selected) and were searched again.
     pub rows_overflowed: usize,
     /// Query rows whose candidates were ranked and whose certificate was checked on the GPU
-    /// (SHADER_F64, moderate kc), so that only k answers came back, summed over rounds.
+    /// (SHADER_F64), so that only k answers came back, summed over rounds.
     pub rows_certified_on_gpu: usize,
     /// Seconds spent on float64 row statistics and on preparing the corpus on the backend.
     pub prepare_seconds: f64,

@@ -220,14 +220,15 @@ enum Slot {
     Storage { read_only: bool },
 }
 
+/// A layout for `slots` and the pipeline of `entry` in `module`; other entry points of the
+/// module share the layout (`pipeline`).
 fn kernel(
     ctx: &Context,
     name: &str,
-    source: &str,
+    module: &wgpu::ShaderModule,
     entry: &str,
     slots: &[Slot],
     constants: &[(&str, f64)],
-    checks: Checks,
 ) -> Kernel {
     let mut entries = vec![wgpu::BindGroupLayoutEntry {
         binding: 0,
@@ -255,8 +256,7 @@ fn kernel(
     let device = &ctx.device;
     let layout =
         device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(name), entries: &entries });
-    let module = shader_module(ctx, name, source, checks);
-    let pipeline = pipeline(ctx, name, &layout, &module, entry, constants);
+    let pipeline = pipeline(ctx, name, &layout, module, entry, constants);
     Kernel { pipeline, layout }
 }
 
@@ -330,31 +330,17 @@ impl GpuEngine {
         let tile = [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", depth as f64)];
         let select_slots = [RO, RW, RW, RW, RW, RW, RW, RO];
         let (norms, distance, select, merge_per_subgroup) = ctx.allocating(|| {
-            let select = kernel(
-                &ctx,
-                "select",
-                &shaders::select(ctx.subgroups),
-                "select_rows",
-                &select_slots,
-                &[],
-                Checks::Checked,
-            );
+            let module = shader_module(&ctx, "select", &shaders::select(ctx.subgroups), Checks::Checked);
+            let select = kernel(&ctx, "select", &module, "select_rows", &select_slots, &[]);
             // Same module and layout, other entry point: pipelines share the bind groups.
             let merge = ctx.subgroups.then(|| {
-                let module = shader_module(&ctx, "select", &shaders::select(true), Checks::Checked);
                 pipeline(&ctx, "merge per subgroup", &select.layout, &module, "select_rows_per_subgroup", &[])
             });
+            let norms = shader_module(&ctx, "norms", shaders::NORMS, Checks::Checked);
+            let distance = shader_module(&ctx, "distance", &shaders::distance(depth), Checks::Unchecked);
             (
-                kernel(&ctx, "norms", shaders::NORMS, "prepare_rows", &[RO, RO, RW, RW], &[], Checks::Checked),
-                kernel(
-                    &ctx,
-                    "distance",
-                    &shaders::distance(depth),
-                    "distance_tile",
-                    &[RO, RO, RO, RO, RO, RW, RW, RW],
-                    &tile,
-                    Checks::Unchecked,
-                ),
+                kernel(&ctx, "norms", &norms, "prepare_rows", &[RO, RO, RW, RW], &[]),
+                kernel(&ctx, "distance", &distance, "distance_tile", &[RO, RO, RO, RO, RO, RW, RW, RW], &tile),
                 select,
                 merge,
             )
@@ -397,9 +383,8 @@ impl GpuEngine {
             let slots = [RW, RW, RO, RO, RW, RW, RW, RW];
             let constants = [("MAX_KC", MAX_CERTIFY_KC as f64)];
             Some(ctx.allocating(|| {
-                let rows =
-                    kernel(&ctx, "certify", shaders::CERTIFY, "certify_rows", &slots, &constants, Checks::Checked);
-                let module = shader_module(&ctx, "certify runs", shaders::CERTIFY, Checks::Checked);
+                let module = shader_module(&ctx, "certify", shaders::CERTIFY, Checks::Checked);
+                let rows = kernel(&ctx, "certify", &module, "certify_rows", &slots, &constants);
                 let sort_runs = pipeline(&ctx, "sort runs", &rows.layout, &module, "sort_runs", &constants);
                 let certify_runs = pipeline(&ctx, "certify runs", &rows.layout, &module, "certify_runs", &constants);
                 CertifyKernels { rows, sort_runs, certify_runs }
@@ -411,8 +396,8 @@ impl GpuEngine {
             let slots = [RO, RO, RO, RW];
             Some(ctx.allocating(|| {
                 let scalar = shaders::refine(false);
-                let narrow = kernel(&ctx, "refine", &scalar, "exact_keys", &slots, &[], Checks::Checked);
                 let module = shader_module(&ctx, "refine", &scalar, Checks::Checked);
+                let narrow = kernel(&ctx, "refine", &module, "exact_keys", &slots, &[]);
                 let grouped = pipeline(&ctx, "refine grouped", &narrow.layout, &module, "exact_keys_grouped", &[]);
                 let wide = pipeline(&ctx, "refine wide", &narrow.layout, &module, "exact_keys_wide", &[]);
                 let module4 = shader_module(&ctx, "refine vec4", &shaders::refine(true), Checks::Checked);
@@ -545,9 +530,10 @@ enum Step {
     Norms,
     Distance,
     SelectRows,
-    /// A merge by one subgroup per row (where the adapter has subgroups).
+    /// A merge by one subgroup per row (`select_rows_per_subgroup`), for short lists where
+    /// the adapter has subgroups.
     Merge,
-    /// A merge by one workgroup per row, for long lists.
+    /// A merge by one workgroup per row (`select_rows`): long lists, or no subgroups.
     MergeWide,
     Refine,
     RefineGrouped,
@@ -693,7 +679,7 @@ impl GpuEngine {
                     Step::Norms => &self.norms.pipeline,
                     Step::Distance => &self.distance.pipeline,
                     Step::SelectRows => &self.select.pipeline,
-                    Step::Merge => self.merge_per_subgroup.as_ref().unwrap_or(&self.select.pipeline),
+                    Step::Merge => self.merge_per_subgroup.as_ref().expect("only planned with subgroups"),
                     Step::MergeWide => &self.select.pipeline,
                     Step::Refine => &self.refine.as_ref().expect("only planned with f64").narrow.pipeline,
                     Step::RefineGrouped => &self.refine.as_ref().expect("only planned with f64").grouped,

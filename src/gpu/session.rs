@@ -561,9 +561,9 @@ impl CorpusSession<'_> {
                 jobs.push(Job { step: Step::Norms, offset, groups: (gx, gy), bind: &norms_bind });
             }
             // Long lists merge with a workgroup per row; short ones with a subgroup each.
-            let wide_merge = kc > WIDE_MERGE_KC;
-            let merge_step = if wide_merge { Step::MergeWide } else { Step::Merge };
-            let merge_groups = |rows: usize| match gpu.rows_per_subgroup_group().filter(|_| !wide_merge) {
+            let per_subgroup = gpu.rows_per_subgroup_group().filter(|_| kc <= WIDE_MERGE_KC);
+            let merge_step = if per_subgroup.is_some() { Step::Merge } else { Step::MergeWide };
+            let merge_groups = |rows: usize| match per_subgroup {
                 Some(per_group) => (grid(rows.div_ceil(per_group as usize), gpu.max_groups), per_group),
                 None => (grid(rows, gpu.max_groups), 0),
             };
