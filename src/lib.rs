@@ -49,6 +49,7 @@ mod plan;
 mod prepare;
 mod refine;
 mod search;
+mod trace;
 
 pub use data::{Matrix, MatrixRef, Neighbors};
 pub use error::{Error, Result};

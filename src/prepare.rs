@@ -95,7 +95,10 @@ fn check_shape(what: &'static str, m: MatrixRef<'_>) -> Result<()> {
 }
 
 fn bad_row(row: &[f32], metric: Metric) -> bool {
-    row.iter().any(|v| !v.is_finite() || v.abs() > MAX_ABS) || degenerate(row, metric)
+    // One comparison a value without an early exit, so that it vectorizes: NaN and the
+    // infinities fail it too. (`any` with `is_finite` took 11 ms of 16 cores at 268 MB.)
+    let usable = row.iter().fold(true, |ok, v| ok & (v.abs() <= MAX_ABS));
+    !usable || degenerate(row, metric)
 }
 
 /// The error for row `i`, which `bad_row` refused: its first bad column, or why the row

@@ -103,8 +103,10 @@ pub(crate) fn write_row(metric: Metric, answer: impl Iterator<Item = (f64, u32)>
 /// What the backend needs to rank and certify rows itself.
 pub(crate) struct Certify<'a> {
     pub k: usize,
-    /// Each query's fp32 error bound on keys (`prepare::key_error_bound`).
-    pub error_bounds: &'a [f64],
+    /// Each query's fp32 error bound on keys (`prepare::key_error_bound`), computed on the
+    /// first call: the GPU asks once its distance work is queued, so that the host computes
+    /// them while the GPU runs.
+    pub error_bounds: &'a (dyn Fn() -> &'a [f64] + Sync),
     /// Keys are non-negative: every metric but inner product.
     pub floor_zero: bool,
 }

@@ -1,7 +1,7 @@
 //! The public entry points: validate, find fp32 candidates on a backend, re-rank exactly.
 
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rayon::prelude::*;
 
@@ -10,7 +10,7 @@ use crate::data::{Matrix, MatrixRef, Neighbors};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuEngine, GpuTimes};
 use crate::metric::Metric;
-use crate::prepare;
+use crate::prepare::{self, RowStats};
 use crate::refine::{self, write_row, Candidates, Certify, Query, NONE};
 
 /// Which engine computes the candidates.
@@ -210,7 +210,7 @@ impl Knn {
     ///
     /// `k` may be anything from 1 to the number of corpus rows.
     pub fn search(&self, corpus: MatrixRef<'_>, queries: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
-        let shift = prepare::validate_corpus("corpus", corpus, metric)?;
+        let shift = self.validate_corpus("corpus", corpus, metric)?;
         prepare::validate("queries", queries, metric)?;
         if corpus.cols() != queries.cols() {
             return Err(Error::DimensionMismatch { corpus: corpus.cols(), queries: queries.cols() });
@@ -225,7 +225,9 @@ impl Knn {
     ///
     /// `k` may be anything from 1 to n - 1 (n with `include_self`).
     pub fn graph(&self, data: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
-        let shift = prepare::validate_corpus("data", data, metric)?;
+        crate::trace::mark(|| format!("graph of {} x {} rows, k = {k}", data.rows(), data.cols()));
+        let shift = self.validate_corpus("data", data, metric)?;
+        crate::trace::mark(|| "validated, mean".into());
         if self.options.include_self {
             check_k(k, data.rows(), "the number of rows")?;
             let exclude = vec![NONE; data.rows()];
@@ -234,6 +236,21 @@ impl Knn {
             check_k(k, data.rows().saturating_sub(1), "the number of rows - 1 (the point itself is excluded)")?;
             let exclude: Vec<u32> = (0..data.rows() as u32).collect();
             self.run(&Task { corpus: data, queries: data, shift, exclude, k, metric })
+        }
+    }
+
+    /// [`prepare::validate_corpus`]; a GPU engine allocates the corpus's buffers and writes
+    /// its rows meanwhile.
+    fn validate_corpus(&self, what: &'static str, corpus: MatrixRef<'_>, metric: Metric) -> Result<Vec<f32>> {
+        match &self.engine {
+            Engine::Gpu(g) => {
+                // A failure here is left to `open`, which retries with a smaller budget.
+                let caller = std::thread::current().id();
+                let (shift, _staged) =
+                    rayon::join(|| prepare::validate_corpus(what, corpus, metric), || g.stage(corpus, caller));
+                shift
+            }
+            Engine::Cpu(_) => prepare::validate_corpus(what, corpus, metric),
         }
     }
 
@@ -259,22 +276,23 @@ impl Knn {
         // A graph's queries are its corpus: one float64 pass serves both, and the GPU copies
         // the prepared corpus rows instead of preparing them again.
         let same_rows = queries.rows() == corpus.rows() && std::ptr::eq(queries.as_slice(), corpus.as_slice());
-        // The statistics are first needed after the candidates are found: they are computed
-        // while the corpus goes to the GPU.
-        let (session, (corpus_stats, query_stats)) = rayon::join(
-            || match engine {
-                Engine::Cpu(c) => Ok(Session::Cpu(c.open(corpus, shift, metric))),
-                Engine::Gpu(g) => retry_smaller(g, || g.open(corpus, shift, metric)).map(Session::Gpu),
-            },
-            || {
+        let mut session = match engine {
+            Engine::Cpu(c) => Session::Cpu(c.open(corpus, shift, metric)),
+            Engine::Gpu(g) => Session::Gpu(retry_smaller(g, || g.open(corpus, shift, metric))?),
+        };
+        crate::trace::mark(|| "corpus prepared (submitted)".into());
+        // The statistics are first needed once candidates exist: computed on first use, which
+        // on the GPU comes after the distance work is queued, so they overlap it.
+        let row_stats = OnceLock::new();
+        let row_stats = || {
+            row_stats.get_or_init(|| {
                 let corpus_stats = prepare::row_stats(corpus, shift, metric);
                 let query_stats =
                     if same_rows { corpus_stats.clone() } else { prepare::row_stats(queries, shift, metric) };
-                (corpus_stats, query_stats)
-            },
-        );
-        let mut session = session?;
-        let corpus_max = corpus_stats.max();
+                crate::trace::mark(|| "row statistics".into());
+                (corpus_stats.max(), query_stats)
+            })
+        };
         let nq = queries.rows();
         // Answers are written into the output as rows are proven; `pending` lists the others.
         let mut indices = vec![0u32; nq * k];
@@ -308,13 +326,23 @@ impl Knn {
                 }
             };
             let clock = std::time::Instant::now();
-            let error_bound = |i: usize| prepare::key_error_bound(metric, d, query_stats.scale[i], corpus_max);
+            // Not inside parallel loops: a rayon worker waiting on a `OnceLock` that it is
+            // itself initialising would deadlock.
+            let error_bound = |(corpus_max, query_stats): &(f64, RowStats), i: usize| {
+                prepare::key_error_bound(metric, d, query_stats.scale[i], *corpus_max)
+            };
             let mut cands: Candidates = match &mut session {
                 Session::Cpu(s) => s.candidates(q_view, ex_view, kc, &report),
                 Session::Gpu(s) => {
                     let Engine::Gpu(g) = engine else { unreachable!("a GPU session has a GPU engine") };
                     // The GPU may rank and certify rows itself, as `refine::refine` would.
-                    let error_bounds: Vec<f64> = pending.par_iter().map(|&i| error_bound(i)).collect();
+                    let error_bounds = OnceLock::<Vec<f64>>::new();
+                    let error_bounds = || -> &[f64] {
+                        error_bounds.get_or_init(|| {
+                            let facts = row_stats();
+                            pending.par_iter().map(|&i| error_bound(facts, i)).collect()
+                        })
+                    };
                     let certify =
                         Certify { k, error_bounds: &error_bounds, floor_zero: metric != Metric::InnerProduct };
                     let all_rows = same_rows && pending.len() == nq;
@@ -322,6 +350,7 @@ impl Knn {
                 }
             };
             stats.candidate_seconds += clock.elapsed().as_secs_f64();
+            crate::trace::mark(|| format!("round {}: candidates of {} rows", stats.rounds, pending.len()));
             if cands.exact.is_some() || cands.ranked.is_some() {
                 stats.rows_reranked_on_gpu += pending.len();
             }
@@ -333,6 +362,7 @@ impl Knn {
                 stats.rows_in_symmetric_blocks += pending.len();
             }
             let clock = std::time::Instant::now();
+            let facts = row_stats();
             let brute_forced = std::sync::atomic::AtomicUsize::new(0);
             let overflowed = std::sync::atomic::AtomicUsize::new(0);
             // Answers ranked on the GPU are already rows of the output: in a round over every
@@ -373,7 +403,7 @@ impl Knn {
                     } else {
                         let range = slot * cands.kc..(slot + 1) * cands.kc;
                         let exact = cands.exact.as_ref().map(|e| &e[range.clone()]);
-                        let bound = error_bound(i);
+                        let bound = error_bound(facts, i);
                         match refine::refine(
                             q,
                             &cands.keys[range.clone()],
@@ -403,6 +433,7 @@ impl Knn {
         if let Engine::Gpu(g) = engine {
             stats.gpu = g.take_profile();
         }
+        crate::trace::mark(|| format!("done, {} rounds", stats.rounds));
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
 
         Ok(Neighbors { indices, distances, queries: nq, k })

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{cases, check, large_corpus_case, larger_cases, long_list_cases, symmetric_cases, Case};
+use common::{cases, check, large_corpus_case, larger_cases, long_list_cases, same_shape_cases, symmetric_cases, Case};
 use knng::{Backend, Knn, Options};
 
 /// `default_budget`: the engine runs with the default memory budget, so every case's corpus
@@ -181,6 +181,16 @@ fn long_candidate_lists_match_float64_oracle() {
         run_cases(&knn, long_list_cases(), true, false);
     }
     run_cases(&gpu(true, None).expect("the workgroup select runs on every adapter"), long_list_cases(), true, false);
+}
+
+#[test]
+fn corpora_of_one_shape_are_answered_from_their_own_rows() {
+    let cpu = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
+    run_cases(&cpu, same_shape_cases(), true, false);
+    if let Some(knn) = gpu(false, None) {
+        run_cases(&knn, same_shape_cases(), true, false);
+    }
+    run_cases(&gpu(true, None).expect("the workgroup select runs on every adapter"), same_shape_cases(), true, false);
 }
 
 /// Graphs swept in symmetric blocks: query tiles of 256 rows, distance tiles of 384, and a

@@ -24,11 +24,12 @@ impl GpuEngine {
     /// all of them in one submission, as the engine submits its dispatches: wall seconds from
     /// recording to completion (with `--profile`, not the timestamps' read-back after it).
     fn time_jobs(&self, jobs: &[Job<'_>]) -> Result<f64> {
-        self.submit(self.ctx.device.create_command_encoder(&Default::default()), &jobs[..1])?;
+        let warm_up = self.submit(self.ctx.device.create_command_encoder(&Default::default()), &jobs[..1])?;
+        self.completion(warm_up)?;
         self.take_profile();
         let started = std::time::Instant::now();
-        let completed = self.submit(self.ctx.device.create_command_encoder(&Default::default()), jobs)?;
-        Ok((completed - started).as_secs_f64())
+        let submitted = self.submit(self.ctx.device.create_command_encoder(&Default::default()), jobs)?;
+        Ok((self.completion(submitted)? - started).as_secs_f64())
     }
 
     /// Times `select_rows` alone: the `k` smallest of each of `rows` rows of `cols` uniform

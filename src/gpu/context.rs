@@ -171,6 +171,15 @@ impl Context {
         self.log.check()
     }
 
+    /// Waits for one submission (and those before it), not for work submitted after it, and
+    /// reports any error recorded meanwhile.
+    pub fn wait_for(&self, submission: wgpu::SubmissionIndex) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::Wait { submission_index: Some(submission), timeout: None })
+            .map_err(|e| Error::DeviceLost(e.to_string()))?;
+        self.log.check()
+    }
+
     /// Runs `f` inside an out-of-memory error scope.
     pub fn allocating<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);

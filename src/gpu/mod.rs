@@ -19,7 +19,7 @@ mod session;
 pub mod shaders;
 
 pub(crate) use session::CorpusSession;
-use session::{TileBuffers, TileKey};
+use session::{CorpusBuffers, TileBuffers, TileKey};
 
 use std::sync::mpsc;
 
@@ -210,6 +210,9 @@ pub(crate) struct GpuEngine {
     /// (as FAISS and PyTorch keep temporary memory): creating and first touching a few GiB
     /// costs more than a small graph's whole computation.
     tile_cache: std::sync::Mutex<Option<(TileKey, TileBuffers)>>,
+    /// The buffers of the last resident corpus, kept for the next one of the same shape:
+    /// allocating and freeing a few hundred MB take milliseconds each.
+    corpus_cache: std::sync::Mutex<Option<CorpusBuffers>>,
     max_binding: u64,
     /// Bytes the engine may allocate; halved after each out-of-memory error.
     budget: std::sync::atomic::AtomicU64,
@@ -425,6 +428,7 @@ impl GpuEngine {
                 query: options.max_query_tile.unwrap_or(usize::MAX).max(1),
             },
             tile_cache: Default::default(),
+            corpus_cache: Default::default(),
             max_binding,
             budget,
         })
@@ -464,23 +468,21 @@ impl GpuEngine {
     }
 
     fn upload(&self, label: &str, bytes: &[u8]) -> Result<wgpu::Buffer> {
-        // wgpu refuses zero-sized bindings; pad empty uploads to one word.
-        let padded;
-        let contents = if bytes.is_empty() {
-            padded = [0u8; 4];
-            &padded[..]
-        } else {
-            bytes
-        };
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
-        if contents.len() <= UPLOAD_PART {
-            return self.ctx.allocating(|| {
-                self.ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                    label: Some(label),
-                    contents,
-                    usage,
-                })
-            });
+        // wgpu refuses zero-sized bindings: `buffer` pads empty ones to one word.
+        let buffer = self.buffer(label, bytes.len() as u64, usage)?;
+        self.write(&buffer, label, bytes)?;
+        Ok(buffer)
+    }
+
+    /// Writes `bytes` at the start of `buffer`; the copy to the GPU runs before the next
+    /// submission's work.
+    fn write(&self, buffer: &wgpu::Buffer, label: &str, bytes: &[u8]) -> Result<()> {
+        if bytes.len() <= UPLOAD_PART {
+            if !bytes.is_empty() {
+                self.ctx.queue.write_buffer(buffer, 0, bytes);
+            }
+            return Ok(());
         }
         // Large inputs: written part by part into wgpu's staging memory on every core (one
         // core writes mapped memory at a few GB/s), then copied on the GPU at the next
@@ -488,13 +490,12 @@ impl GpuEngine {
         // creating thread first, which doubled the bytes written (d=4096: 268 MB). A group of
         // parts, one per core, is submitted as soon as it is written, so that its copy runs
         // while the next group is written.
-        let buffer = self.buffer(label, contents.len() as u64, usage)?;
         let group = rayon::current_num_threads().max(1) * UPLOAD_PART;
-        for (g, bytes) in contents.chunks(group).enumerate() {
+        for (g, bytes) in bytes.chunks(group).enumerate() {
             let written = bytes.par_chunks(UPLOAD_PART).enumerate().all(|(i, part)| {
                 let size = wgpu::BufferSize::new(part.len() as u64).expect("parts are not empty");
                 let at = (g * group + i * UPLOAD_PART) as u64;
-                match self.ctx.queue.write_buffer_with(&buffer, at, size) {
+                match self.ctx.queue.write_buffer_with(buffer, at, size) {
                     Some(mut view) => {
                         view.copy_from_slice(part);
                         true
@@ -508,8 +509,9 @@ impl GpuEngine {
                 return Err(Error::OutOfMemory(format!("staging memory for uploading {label}")));
             }
             self.ctx.queue.submit([]);
+            crate::trace::mark(|| format!("{label}: {} MB written", (g * group + bytes.len()) >> 20));
         }
-        Ok(buffer)
+        Ok(())
     }
 
     fn buffer(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
@@ -668,9 +670,10 @@ impl GpuEngine {
         })
     }
 
-    /// Records `jobs` in one compute pass (each timed when profiling), submits and waits.
-    /// Returns when the work completed (before the profile's timestamps are read back).
-    fn submit(&self, mut encoder: wgpu::CommandEncoder, jobs: &[Job<'_>]) -> Result<std::time::Instant> {
+    /// Records `jobs` in one compute pass (each timed when profiling) and submits them. Work
+    /// runs in submission order and the host goes on: it waits only where it reads results
+    /// (mapping a staging buffer) or, when profiling, here, to read the timestamps.
+    fn submit(&self, mut encoder: wgpu::CommandEncoder, jobs: &[Job<'_>]) -> Result<Submitted> {
         let timed = self.profiler.as_ref().map(|p| (p, (jobs.len() as u32).min(p.capacity / 2)));
         {
             let mut pass = encoder.begin_compute_pass(&Default::default());
@@ -707,11 +710,14 @@ impl GpuEngine {
             encoder.resolve_query_set(&p.queries, 0..2 * n, &p.resolved, 0);
         }
         let started = std::time::Instant::now();
-        self.ctx.queue.submit([encoder.finish()]);
-        self.ctx.wait()?;
+        let index = self.ctx.queue.submit([encoder.finish()]);
+        let Some((p, n)) = timed else {
+            return Ok(Submitted { index, completed: None });
+        };
+        self.ctx.wait_for(index.clone())?;
         let completed = std::time::Instant::now();
         let waited = (completed - started).as_secs_f64();
-        if let Some((p, n)) = timed {
+        {
             let stamps: Vec<u64> = read_back(self, &p.resolved, Some(16 * n as usize))?;
             let period = self.ctx.queue.get_timestamp_period() as f64 * 1e-9;
             let mut times = p.times.lock().unwrap_or_else(|e| e.into_inner());
@@ -721,8 +727,26 @@ impl GpuEngine {
             times.span += stamps[2 * n as usize - 1].saturating_sub(stamps[0]) as f64 * period;
             times.submitted += waited;
         }
-        Ok(completed)
+        Ok(Submitted { index, completed: Some(completed) })
     }
+
+    /// When a submission's work completed: waits for it unless profiling already did.
+    fn completion(&self, submitted: Submitted) -> Result<std::time::Instant> {
+        match submitted.completed {
+            Some(at) => Ok(at),
+            None => {
+                self.ctx.wait_for(submitted.index)?;
+                Ok(std::time::Instant::now())
+            }
+        }
+    }
+}
+
+/// Work handed to the GPU by [`GpuEngine::submit`].
+struct Submitted {
+    index: wgpu::SubmissionIndex,
+    /// When it completed, if the host waited for it (profiling).
+    completed: Option<std::time::Instant>,
 }
 
 fn bind_group(
@@ -769,14 +793,42 @@ fn map_and_read(gpu: &GpuEngine, staging: &wgpu::Buffer, read: impl FnOnce(&[u8]
 
 /// Maps a buffer for reading, once the GPU work writing it is done.
 fn map_ready(gpu: &GpuEngine, staging: &wgpu::Buffer) -> Result<()> {
-    let (tx, rx) = mpsc::channel();
-    staging.map_async(wgpu::MapMode::Read, .., move |r| {
-        let _ = tx.send(r);
-    });
-    gpu.ctx.wait()?;
-    rx.recv()
-        .map_err(|_| Error::Gpu("buffer mapping was abandoned".into()))?
-        .map_err(|e| Error::Gpu(format!("reading results back: {e}")))
+    Mapping::request(staging, None).wait(gpu)
+}
+
+/// A staging buffer's mapping for reading, requested right after the work that fills it was
+/// submitted, so that the host can queue more work before it waits.
+struct Mapping {
+    done: mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+    /// The submission that fills the buffer (`None`: whatever was submitted last).
+    after: Option<wgpu::SubmissionIndex>,
+}
+
+impl Mapping {
+    fn request(staging: &wgpu::Buffer, after: Option<wgpu::SubmissionIndex>) -> Self {
+        let (tx, done) = mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        Mapping { done, after }
+    }
+
+    /// Waits until the buffer is mapped, not for work submitted after it.
+    fn wait(self, gpu: &GpuEngine) -> Result<()> {
+        match self.after {
+            Some(index) => gpu.ctx.wait_for(index)?,
+            None => gpu.ctx.wait()?,
+        }
+        let result = match self.done.try_recv() {
+            Ok(r) => Ok(r),
+            // The mapping's callback may wait for a later poll: wait for everything.
+            Err(_) => gpu
+                .ctx
+                .wait()
+                .and_then(|()| self.done.recv().map_err(|_| Error::Gpu("buffer mapping was abandoned".into()))),
+        };
+        result?.map_err(|e| Error::Gpu(format!("reading results back: {e}")))
+    }
 }
 
 /// Reads a buffer mapped by [`map_ready`], then unmaps it.

@@ -4,9 +4,9 @@
 use rayon::prelude::*;
 
 use super::{
-    bind_group, bind_group_at, grid, map_ready, metric_modes, read_mapped, CertifyParams, DistanceParams, GpuEngine,
-    Job, NormsParams, ParamSlots, PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC,
-    PARAM_SLOT, TILE_M, TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
+    bind_group, bind_group_at, grid, metric_modes, read_mapped, CertifyParams, DistanceParams, GpuEngine, Job, Mapping,
+    NormsParams, ParamSlots, PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT,
+    TILE_M, TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
 };
 use crate::data::MatrixRef;
 use crate::error::Result;
@@ -21,38 +21,128 @@ const SWEEP_SHARE: f64 = 0.9;
 const STORAGE_COPY_SRC: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC);
 
 impl GpuEngine {
+    /// Allocates the buffers of a resident corpus ahead of [`Self::open`] and writes its
+    /// original rows where they stay on the GPU, so that both overlap the input's validation
+    /// (`open` then only prepares them). Nothing for a streamed corpus. `caller`: the thread
+    /// that will open it (this may run on another).
+    pub fn stage(&self, corpus: MatrixRef<'_>, caller: std::thread::ThreadId) -> Result<()> {
+        let (rows, cols) = (corpus.rows(), corpus.cols());
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        self.forget_other_shapes(rows, cols);
+        let plan = plan::plan_corpus(rows, cols, self.budget())?;
+        if plan.resident {
+            let mut buffers = self.corpus_buffers(rows, cols, plan)?;
+            if let Some(raw) = &buffers.raw {
+                self.write(raw, "corpus", bytemuck::cast_slice(corpus.as_slice()))?;
+                buffers.staged = Some(Staged::of(corpus, caller));
+            }
+            *self.corpus_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(buffers);
+        }
+        Ok(())
+    }
+
+    /// Frees cached buffers of another corpus shape: they would count against this one's
+    /// budget.
+    fn forget_other_shapes(&self, rows: usize, cols: usize) {
+        let mut tiles = self.tile_cache.lock().unwrap_or_else(|e| e.into_inner());
+        if tiles.as_ref().is_some_and(|(key, _)| key.corpus != (rows, cols)) {
+            *tiles = None;
+        }
+        let mut corpus = self.corpus_cache.lock().unwrap_or_else(|e| e.into_inner());
+        if corpus.as_ref().is_some_and(|c| c.shape != (rows, cols)) {
+            *corpus = None;
+        }
+    }
+
+    /// The cached buffers of a resident corpus of this shape and plan, else new ones.
+    fn corpus_buffers(&self, rows: usize, cols: usize, plan: CorpusPlan) -> Result<CorpusBuffers> {
+        let cached = self.corpus_cache.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(buffers) = cached.filter(|b| b.shape == (rows, cols) && b.plan == plan) {
+            return Ok(buffers);
+        }
+        let raw_bytes = (rows * cols * 4) as u64;
+        // Exact re-ranking on the GPU needs the original rows in one binding, beside the
+        // prepared ones, within the budget.
+        let keep_raw = self.refine.is_some()
+            && plan.chunk_rows >= rows
+            && raw_bytes <= self.max_binding
+            && raw_bytes + rows as u64 * plan::prepared_row_bytes(cols) <= self.budget().budget / 2;
+        let prepared = (0..rows)
+            .step_by(plan.chunk_rows)
+            .map(|first| self.prepared_rows(first, plan.chunk_rows.min(rows - first), cols))
+            .collect::<Result<_>>()?;
+        let raw = keep_raw.then(|| self.raw_rows(rows, cols)).transpose()?;
+        Ok(CorpusBuffers { shape: (rows, cols), plan, prepared, raw, staged: None })
+    }
+
+    fn prepared_rows(&self, first: usize, rows: usize, cols: usize) -> Result<PreparedRows> {
+        let vectors = self.buffer("corpus rows", rows as u64 * plan::prepared_row_bytes(cols), STORAGE_COPY_SRC)?;
+        let norms = self.buffer("corpus norms", (rows * 4) as u64, STORAGE_COPY_SRC)?;
+        Ok(PreparedRows { first, rows, vectors, norms })
+    }
+
+    fn raw_rows(&self, rows: usize, cols: usize) -> Result<wgpu::Buffer> {
+        self.buffer("corpus", (rows * cols * 4) as u64, STORAGE_COPY_SRC | wgpu::BufferUsages::COPY_DST)
+    }
+
     /// Prepares the corpus on the GPU (resident if it fits half the budget, else streamed
     /// per query tile).
     pub fn open<'a>(&'a self, corpus: MatrixRef<'a>, shift: &[f32], metric: Metric) -> Result<CorpusSession<'a>> {
-        // Cached buffers of another corpus shape would count against this one's budget.
-        {
-            let mut cache = self.tile_cache.lock().unwrap_or_else(|e| e.into_inner());
-            if cache.as_ref().is_some_and(|(key, _)| key.corpus != (corpus.rows(), corpus.cols())) {
-                *cache = None;
-            }
-        }
-        let plan = plan::plan_corpus(corpus.rows(), corpus.cols(), self.budget())?;
+        let (rows, cols) = (corpus.rows(), corpus.cols());
+        self.forget_other_shapes(rows, cols);
+        let plan = plan::plan_corpus(rows, cols, self.budget())?;
+        let buffers = if plan.resident {
+            self.corpus_buffers(rows, cols, plan)?
+        } else {
+            *self.corpus_cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            CorpusBuffers { shape: (rows, cols), plan, prepared: Vec::new(), raw: None, staged: None }
+        };
+        let raw_written = buffers.staged.is_some_and(|s| s == Staged::of(corpus, std::thread::current().id()));
         let shift_buf = self.upload("shift", bytemuck::cast_slice(shift))?;
-        let mut session =
-            CorpusSession { gpu: self, corpus, metric, plan, shift: shift_buf, resident: Vec::new(), raw_corpus: None };
-        // Exact re-ranking on the GPU needs the original rows in one binding, beside the
-        // prepared ones, within the budget.
-        let raw_bytes = (corpus.rows() * corpus.cols() * 4) as u64;
-        let keep_raw = self.refine.is_some()
-            && plan.resident
-            && plan.chunk_rows >= corpus.rows()
-            && raw_bytes <= self.max_binding
-            && raw_bytes + corpus.rows() as u64 * plan::prepared_row_bytes(corpus.cols()) <= self.budget().budget / 2;
-        if plan.resident {
-            for first in (0..corpus.rows()).step_by(plan.chunk_rows) {
-                let (chunk, raw) = session.prepare_chunk(first, plan.chunk_rows.min(corpus.rows() - first))?;
-                session.resident.push(chunk);
-                if keep_raw {
-                    session.raw_corpus = Some(raw);
-                }
-            }
+        let mut session = CorpusSession {
+            gpu: self,
+            corpus,
+            metric,
+            plan,
+            shift: shift_buf,
+            resident: Vec::new(),
+            raw_corpus: buffers.raw,
+        };
+        for chunk in buffers.prepared {
+            session.prepare_chunk(&chunk, session.raw_corpus.as_ref(), raw_written)?;
+            session.resident.push(chunk);
         }
         Ok(session)
+    }
+}
+
+/// A resident corpus's buffers (`GpuEngine::corpus_cache`).
+pub(super) struct CorpusBuffers {
+    shape: (usize, usize),
+    plan: CorpusPlan,
+    /// Each chunk's prepared rows.
+    prepared: Vec<PreparedRows>,
+    /// The original rows, where exact keys are computed on the GPU.
+    raw: Option<wgpu::Buffer>,
+    /// Whose rows `raw` holds, when written by [`GpuEngine::stage`] for the next `open`.
+    staged: Option<Staged>,
+}
+
+/// A corpus written by [`GpuEngine::stage`]: its address and length, and the thread whose
+/// call staged it (concurrent calls of one engine on corpora of one shape may swap cached
+/// buffers between them; each `open` prepares only rows that its own call wrote).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Staged {
+    data: (usize, usize),
+    thread: std::thread::ThreadId,
+}
+
+impl Staged {
+    fn of(corpus: MatrixRef<'_>, thread: std::thread::ThreadId) -> Self {
+        let data = corpus.as_slice();
+        Staged { data: (data.as_ptr() as usize, data.len()), thread }
     }
 }
 
@@ -65,6 +155,22 @@ pub(crate) struct CorpusSession<'a> {
     resident: Vec<PreparedRows>,
     /// The original corpus rows, for exact re-ranking on the GPU.
     raw_corpus: Option<wgpu::Buffer>,
+}
+
+impl Drop for CorpusSession<'_> {
+    /// A resident corpus's buffers go back to the cache, for the next corpus of this shape.
+    fn drop(&mut self) {
+        if self.plan.resident {
+            let buffers = CorpusBuffers {
+                shape: (self.corpus.rows(), self.corpus.cols()),
+                plan: self.plan,
+                prepared: std::mem::take(&mut self.resident),
+                raw: self.raw_corpus.take(),
+                staged: None,
+            };
+            *self.gpu.corpus_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(buffers);
+        }
+    }
 }
 
 /// What the buffers of a round of candidates depend on.
@@ -226,34 +332,35 @@ impl CorpusSession<'_> {
         }
     }
 
-    /// Uploads rows `first..first + rows` of the corpus and prepares them; also returns the
-    /// uploaded original rows.
-    fn prepare_chunk(&self, first: usize, rows: usize) -> Result<(PreparedRows, wgpu::Buffer)> {
+    /// Uploads the corpus rows of `chunk` and prepares them into it: through `raw`, which
+    /// keeps the original rows (already there when `raw_written`), or through a temporary
+    /// buffer.
+    fn prepare_chunk(&self, chunk: &PreparedRows, raw: Option<&wgpu::Buffer>, raw_written: bool) -> Result<()> {
         let gpu = self.gpu;
         let d = self.corpus.cols();
-        let dim4 = d.div_ceil(4);
+        let (first, rows) = (chunk.first, chunk.rows);
         let started = std::time::Instant::now();
-        let raw = gpu.upload("corpus", bytemuck::cast_slice(&self.corpus.as_slice()[first * d..(first + rows) * d]))?;
-        gpu.add_transfer_time(started);
-        let chunk = PreparedRows {
-            first,
-            rows,
-            vectors: gpu.buffer("corpus rows", (rows * dim4 * 16) as u64, STORAGE_COPY_SRC)?,
-            norms: gpu.buffer("corpus norms", (rows * 4) as u64, STORAGE_COPY_SRC)?,
+        let temporary;
+        let raw = match raw {
+            Some(raw) => raw,
+            None => {
+                temporary = gpu.raw_rows(rows, d)?;
+                &temporary
+            }
         };
+        if !raw_written {
+            gpu.write(raw, "corpus", bytemuck::cast_slice(&self.corpus.as_slice()[first * d..(first + rows) * d]))?;
+        }
+        gpu.add_transfer_time(started);
         let mut params = ParamSlots::default();
         let (gx, gy) = grid(rows, gpu.max_groups);
         let offset = params.push(self.norms_params(rows, d, gx));
         let uniform = gpu.upload_uniform(&params)?;
-        let bind = bind_group(
-            &gpu.ctx.device,
-            &gpu.norms.layout,
-            &uniform,
-            &[&raw, &self.shift, &chunk.vectors, &chunk.norms],
-        );
+        let bind =
+            bind_group(&gpu.ctx.device, &gpu.norms.layout, &uniform, &[raw, &self.shift, &chunk.vectors, &chunk.norms]);
         let job = Job { step: Step::Norms, offset, groups: (gx, gy), bind: &bind };
         gpu.submit(gpu.ctx.device.create_command_encoder(&Default::default()), &[job])?;
-        Ok((chunk, raw))
+        Ok(())
     }
 
     fn norms_params(&self, rows: usize, d: usize, groups_x: u32) -> NormsParams {
@@ -358,47 +465,65 @@ impl CorpusSession<'_> {
             true => ((SWEEP_SHARE + (1.0 - SWEEP_SHARE) * done as f64 / nq as f64) * nq as f64) as usize,
             false => done,
         };
-        // Each tile's results are copied out of mapped memory on other threads while the next
-        // tile runs on the GPU; two staging buffers alternate (with one, each copy is awaited).
-        // The reader owns `out` until it is joined.
+        // With two staging buffers, tile t is submitted before the host waits for tile t - 1's
+        // results, whose copy out of mapped memory then runs on other threads beside tile t on
+        // the GPU; with one, each tile is read before the next is submitted. The reader owns
+        // `out` until it is joined.
         let out = std::thread::scope(|scope| -> Result<Candidates> {
+            type Reader<'s> = std::thread::ScopedJoinHandle<'s, Result<(usize, Candidates)>>;
+            let double = buffers.staging.len() > 1;
             let mut out = Some(out);
-            let mut reading: Option<std::thread::ScopedJoinHandle<'_, Result<(usize, Candidates)>>> = None;
-            for (t, &tile) in query_tiles.iter().enumerate() {
-                let QueryTile { q0, rows, .. } = tile;
-                let staging = &buffers.staging[t % buffers.staging.len()];
-                let read = if tiles.symmetric {
-                    Ok(())
-                } else {
-                    self.sweep(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers)
-                }
-                .and_then(|()| self.finish(tile, kc, certify, &buffers, staging));
-                // The previous tile's reader finishes first, also when this tile failed.
-                if let Some(reader) = reading.take() {
-                    let (done, candidates) = join(reader)?;
-                    report(finished(done));
-                    out = Some(candidates);
-                }
-                let read = read?;
-                let mut candidates = out.take().expect("no reader holds the candidates");
-                let b = &buffers;
-                let metric = self.metric;
-                let reader = scope.spawn(move || {
+            let mut reading: Option<Reader<'_>> = None;
+            // A submitted tile: its results, their mapping, its staging buffer.
+            let mut in_flight: Option<(TileRead, Mapping, usize)> = None;
+            let collect = |reader: Reader<'_>, out: &mut Option<Candidates>| -> Result<()> {
+                let (done, candidates) = join(reader)?;
+                report(finished(done));
+                *out = Some(candidates);
+                Ok(())
+            };
+            let start_reader = |(read, mapping, staging): (TileRead, Mapping, usize),
+                                mut candidates: Candidates|
+             -> Result<Reader<'_>> {
+                let staging = &buffers.staging[staging];
+                let started = std::time::Instant::now();
+                mapping.wait(gpu)?;
+                gpu.add_transfer_time(started);
+                crate::trace::mark(|| format!("rows {}..{} mapped", read.q0, read.q0 + read.rows));
+                let (b, metric) = (&buffers, self.metric);
+                Ok(scope.spawn(move || {
                     read.copy_out(gpu, metric, b, staging, &mut candidates)?;
-                    Ok((q0 + rows, candidates))
-                });
-                if buffers.staging.len() > 1 {
-                    reading = Some(reader);
-                } else {
-                    let (done, candidates) = join(reader)?;
-                    report(finished(done));
-                    out = Some(candidates);
+                    Ok((read.q0 + read.rows, candidates))
+                }))
+            };
+            for (t, &tile) in query_tiles.iter().enumerate() {
+                // This tile's staging buffer was the one before last's: its reader is done.
+                if let Some(reader) = reading.take() {
+                    collect(reader, &mut out)?;
+                }
+                let QueryTile { q0, rows, .. } = tile;
+                let staging = t % buffers.staging.len();
+                if !tiles.symmetric {
+                    self.sweep(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers)?;
+                }
+                let (read, mapping) = self.finish(tile, kc, certify, &buffers, &buffers.staging[staging])?;
+                let submitted = (read, mapping, staging);
+                let ready = if double { in_flight.replace(submitted) } else { Some(submitted) };
+                if let Some(ready) = ready {
+                    let reader = start_reader(ready, out.take().expect("no reader holds the candidates"))?;
+                    if double {
+                        reading = Some(reader);
+                    } else {
+                        collect(reader, &mut out)?;
+                    }
                 }
             }
             if let Some(reader) = reading.take() {
-                let (done, candidates) = join(reader)?;
-                report(finished(done));
-                out = Some(candidates);
+                collect(reader, &mut out)?;
+            }
+            if let Some(last) = in_flight.take() {
+                let reader = start_reader(last, out.take().expect("no reader holds the candidates"))?;
+                collect(reader, &mut out)?;
             }
             Ok(out.expect("the last reader returned the candidates"))
         })?;
@@ -527,7 +652,9 @@ impl CorpusSession<'_> {
                     .iter()
                     .map(|&c| {
                         let rows = self.plan.chunk_rows.min(self.corpus.rows() - starts[c]);
-                        self.prepare_chunk(starts[c], rows).map(|(chunk, _)| chunk)
+                        let chunk = gpu.prepared_rows(starts[c], rows, d)?;
+                        self.prepare_chunk(&chunk, None, false)?;
+                        Ok(chunk)
                     })
                     .collect::<Result<_>>()?
             };
@@ -642,13 +769,18 @@ impl CorpusSession<'_> {
             if batch_no == 0 && from_corpus {
                 self.copy_corpus_rows(&mut encoder, q0, rows, b);
             }
-            gpu.submit(encoder, &jobs)?;
+            let submitted = gpu.submit(encoder, &jobs)?;
+            crate::trace::mark(|| format!("rows {q0}..{} swept against chunk {batch_no} (submitted)", q0 + rows));
+            if !self.plan.resident {
+                // A streamed chunk is freed when its tiles have run: one in memory at a time.
+                gpu.completion(submitted)?;
+            }
         }
         Ok(())
     }
 
     /// Finishes one swept query tile: exact keys and certificates where the GPU computes them,
-    /// then copies its results into `staging` and maps it for the host.
+    /// then copies its results into `staging`, whose mapping for the host is requested.
     fn finish(
         &self,
         tile: QueryTile,
@@ -656,7 +788,7 @@ impl CorpusSession<'_> {
         certify: Option<&Certify<'_>>,
         b: &TileBuffers,
         staging: &wgpu::Buffer,
-    ) -> Result<TileRead> {
+    ) -> Result<(TileRead, Mapping)> {
         let gpu = self.gpu;
         let device = &gpu.ctx.device;
         let d = self.corpus.cols();
@@ -711,7 +843,11 @@ impl CorpusSession<'_> {
             let mut jobs = vec![Job { step, offset, groups: (gx, gy), bind: &bind }];
             let certify_bind;
             if let (Some(cb), Some(kernel), Some(c)) = (&b.certify, &gpu.certify, certify) {
-                gpu.ctx.queue.write_buffer(&cb.error_bounds, 0, bytemuck::cast_slice(&c.error_bounds[q0..q0 + rows]));
+                gpu.ctx.queue.write_buffer(
+                    &cb.error_bounds,
+                    0,
+                    bytemuck::cast_slice(&(c.error_bounds)()[q0..q0 + rows]),
+                );
                 let (gx, gy) = grid(rows, gpu.max_groups);
                 let certify_params = CertifyParams {
                     rows: rows as u32,
@@ -749,6 +885,7 @@ impl CorpusSession<'_> {
             }
             gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
             gpu.submit(encoder, &jobs)?;
+            crate::trace::mark(|| format!("rows {q0}..{}: exact keys, ranking (submitted)", q0 + rows));
         }
 
         let started = std::time::Instant::now();
@@ -772,10 +909,9 @@ impl CorpusSession<'_> {
             }
             TileRead { q0, rows, kc, ranked: false }
         };
-        gpu.ctx.queue.submit([encoder.finish()]);
-        map_ready(gpu, staging)?;
+        let index = gpu.ctx.queue.submit([encoder.finish()]);
         gpu.add_transfer_time(started);
-        Ok(read)
+        Ok((read, Mapping::request(staging, Some(index))))
     }
 }
 

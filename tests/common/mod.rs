@@ -307,6 +307,40 @@ pub fn long_list_cases() -> Vec<Case> {
     ]
 }
 
+/// Corpora of one shape one after another: an engine keeps the buffers of the last corpus for
+/// the next one of its shape, and each must be answered from its own rows.
+pub fn same_shape_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(31);
+    let (n, d) = (400, 24);
+    let first = random(&mut rng, n, d, 0.0);
+    let second = lattice(&mut rng, n, d, 4, 50.0);
+    let third = random(&mut rng, n, d, 3.0);
+    let queries = random(&mut rng, 30, d, 0.0);
+    vec![
+        Case {
+            name: "same shape 1: random graph".into(),
+            corpus: first,
+            queries: None,
+            k: 9,
+            metric: Metric::Euclidean,
+        },
+        Case {
+            name: "same shape 2: lattice graph".into(),
+            corpus: second,
+            queries: None,
+            k: 9,
+            metric: Metric::Euclidean,
+        },
+        Case {
+            name: "same shape 3: search".into(),
+            corpus: third,
+            queries: Some(queries),
+            k: 9,
+            metric: Metric::Euclidean,
+        },
+    ]
+}
+
 /// A corpus of more than 8 MiB (uploaded in parts by several cores) searched by a few queries.
 pub fn large_corpus_case() -> Case {
     let mut rng = StdRng::seed_from_u64(11);
