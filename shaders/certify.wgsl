@@ -144,7 +144,13 @@ fn load_and_sort(lid: u32, base: u32, len: u32, own: u32) -> vec2<u32> {
     }
     let summary = vec2<u32>(valid_count[0], bitcast<u32>(largest[0]));
 
-    // Bitonic sort of the `sorted` pairs.
+    sort_pairs(lid, sorted, true);
+    return summary;
+}
+
+// Bitonic sort of the first `sorted` (a power of two) pairs of `row_keys` and `row_ids`, by
+// (key, index) or, without `by_key`, by index alone (the keys travel along).
+fn sort_pairs(lid: u32, sorted: u32, by_key: bool) {
     for (var size = 2u; size <= sorted; size *= 2u) {
         for (var stride = size / 2u; stride > 0u; stride /= 2u) {
             for (var t = lid; t < sorted / 2u; t += WG) {
@@ -155,7 +161,8 @@ fn load_and_sort(lid: u32, base: u32, len: u32, own: u32) -> vec2<u32> {
                 let b_key = row_keys[hi];
                 let b_id = row_ids[hi];
                 let ascending = (lo & size) == 0u;
-                if (before(b_key, b_id, a_key, a_id) == ascending) {
+                let b_first = select(before(0.0lf, b_id, 0.0lf, a_id), before(b_key, b_id, a_key, a_id), by_key);
+                if (b_first == ascending) {
                     row_keys[lo] = b_key;
                     row_ids[lo] = b_id;
                     row_keys[hi] = a_key;
@@ -165,7 +172,39 @@ fn load_and_sort(lid: u32, base: u32, len: u32, own: u32) -> vec2<u32> {
             workgroupBarrier();
         }
     }
-    return summary;
+}
+
+// A symmetric sweep's lists (kc <= MAX_KC), before exact keys shared by mutual neighbours
+// (`copy_mutual_keys` in refine.wgsl): each row's pairs sorted in place by index, padding
+// last, so that any index's slot is found by binary search. The fp32 keys travel along.
+@compute @workgroup_size(WG)
+fn sort_by_index(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
+    let row = wid.x + wid.y * params.groups_x;
+    if (row >= params.rows) {
+        return;
+    }
+    let base = row * params.kc;
+    var sorted = 1u;
+    while (sorted < params.kc) {
+        sorted *= 2u;
+    }
+    for (var i = lid; i < sorted; i += WG) {
+        var c = vec2<u32>(0u, NONE);
+        if (i < params.kc) {
+            c = candidates[base + i];
+        }
+        row_ids[i] = c.y;
+        // The fp32 key's bits, exact in f64.
+        row_keys[i] = f64(c.x);
+    }
+    workgroupBarrier();
+    sort_pairs(lid, sorted, false);
+    for (var i = lid; i < params.kc; i += WG) {
+        candidates[base + i] = vec2<u32>(u32(row_keys[i]), row_ids[i]);
+    }
 }
 
 // Lists longer than MAX_KC, pass 1: sorts run `wid % runs` of row `wid / runs` in place (its

@@ -21,9 +21,14 @@ struct Params {
     dim: u32,
     mode: u32,
     groups_x: u32, // workgroups along x of the 2-D dispatch
+    // The query rows' first list in `candidates` (and `keys`), which hold every row's lists
+    // when `mutual` is 1; else 0, the buffers bound at the tile's lists.
+    row_base: u32,
+    // 1: a symmetric sweep's lists, sorted by index (`sort_by_index` in certify.wgsl); a pair
+    // listed by both its rows gets its key once, in the row of the smaller index, and the
+    // other row copies it (`copy_mutual_keys`).
+    mutual: u32,
     _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
 }
 
 const WG: u32 = 64u;
@@ -116,19 +121,69 @@ fn exact_keys_wide(
         return;
     }
     let t = interleaved_slot(w);
+    let g = params.row_base * params.kc + t;
     if (lid == 0u) {
-        candidate_id = candidates[t].y;
+        candidate_id = candidates[g].y;
     }
     let id = workgroupUniformLoad(&candidate_id);
     if (id == NONE) {
         if (lid == 0u) {
-            keys[t] = 0.0lf;
+            keys[g] = 0.0lf;
         }
+        return;
+    }
+    if (params.mutual == 1u && copied(params.row_base + t / params.kc, id)) {
         return;
     }
     let key = group_key(row_start(t / params.kc), row_start(id), lid, lid, WG, true);
     if (lid == 0u) {
-        keys[t] = key;
+        keys[g] = key;
+    }
+}
+
+// The slot of corpus row `id` in row `row`'s list (sorted by index), or NONE.
+fn slot_of(row: u32, id: u32) -> u32 {
+    let base = row * params.kc;
+    var lo = 0u;
+    var hi = params.kc;
+    while (lo < hi) {
+        let mid = (lo + hi) / 2u;
+        if (candidates[base + mid].y < id) {
+            lo = mid + 1u;
+        } else {
+            hi = mid;
+        }
+    }
+    return select(NONE, lo, lo < params.kc && candidates[base + lo].y == id);
+}
+
+// Whether row `row` takes its key of candidate `id` from row `id`'s list: the pair is in both
+// lists and `id` is the smaller index. The key is the same either way round: every term of
+// the sums is symmetric in the two rows and they are summed in the same order.
+fn copied(row: u32, id: u32) -> bool {
+    return id < row && slot_of(id, row) != NONE;
+}
+
+// After `exact_keys_wide` with `mutual`: the keys of pairs computed in the other row's list.
+// Those rows come first (smaller index), so they are in this tile or an earlier one.
+@compute @workgroup_size(64)
+fn copy_mutual_keys(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
+    let t = (wid.x + wid.y * params.groups_x) * WG + lid;
+    if (t >= params.rows * params.kc) {
+        return;
+    }
+    let g = params.row_base * params.kc + t;
+    let id = candidates[g].y;
+    let row = params.row_base + t / params.kc;
+    if (id == NONE || id >= row) {
+        return;
+    }
+    let s = slot_of(id, row);
+    if (s != NONE) {
+        keys[g] = keys[id * params.kc + s];
     }
 }
 

@@ -37,6 +37,8 @@ pub(crate) struct Candidates {
     pub shortlisted: usize,
     /// Whether the graph was swept in symmetric blocks (every distance computed once).
     pub symmetric: bool,
+    /// Whether pairs listed by both their rows had their exact key computed once.
+    pub shared_keys: bool,
     /// Exact float64 ranking keys of the candidates, `queries x kc`, when the backend
     /// computed them (the GPU with SHADER_F64); otherwise the host computes them.
     pub exact: Option<Vec<f64>>,

@@ -127,6 +127,9 @@ pub struct RunStats {
     /// Rows of graphs swept in symmetric blocks on the GPU (each distance computed once, for
     /// both rows of the pair), summed over rounds.
     pub rows_in_symmetric_blocks: usize,
+    /// Rows of symmetric blocks whose exact keys were shared with their mutual neighbours
+    /// (each pair listed by both its rows computed once; rows of 256 values or more).
+    pub rows_sharing_keys: usize,
     /// Rows of a symmetric sweep whose list may have missed keys (a shortlist overflowed on
     /// the column side, where no dense tile was selected) and were searched again.
     pub rows_overflowed: usize,
@@ -360,6 +363,9 @@ impl Knn {
             stats.rows_shortlisted += cands.shortlisted;
             if cands.symmetric {
                 stats.rows_in_symmetric_blocks += pending.len();
+            }
+            if cands.shared_keys {
+                stats.rows_sharing_keys += pending.len();
             }
             let clock = std::time::Instant::now();
             let facts = row_stats();

@@ -230,6 +230,9 @@ fn run_symmetric(no_subgroups: bool) {
         let stats = knn.last_run();
         eprintln!("{label}: {stats:?}");
         assert!(stats.rows_in_symmetric_blocks >= case.corpus.rows(), "{label}: not swept in symmetric blocks");
+        if case.name.contains("wide rows") && knn.description().contains("f64 re-ranking") {
+            assert!(stats.rows_sharing_keys > 0, "{label}: mutual pairs' exact keys were not shared");
+        }
         if case.name.contains("cluster around row 0") {
             assert!(stats.rows_overflowed > 0, "{label}: no column-side shortlist overflowed");
         }

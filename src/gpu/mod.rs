@@ -148,6 +148,8 @@ struct CertifyKernels {
     sort_runs: wgpu::ComputePipeline,
     /// Longer lists: ranks across the sorted runs and the certificate.
     certify_runs: wgpu::ComputePipeline,
+    /// A symmetric sweep's lists sorted by index, for exact keys shared by mutual neighbours.
+    sort_by_index: wgpu::ComputePipeline,
 }
 
 /// The entry points of refine.wgsl, by row length (one layout).
@@ -160,6 +162,8 @@ struct RefineKernels {
     wide: wgpu::ComputePipeline,
     /// The same from vec4 loads, for rows of a multiple of 4 values (`refine_vec4.wgsl`).
     wide4: wgpu::ComputePipeline,
+    /// Keys of pairs listed by both their rows, copied from the row that computed them.
+    copy_mutual: wgpu::ComputePipeline,
     /// Eight invocations per candidate from vec4 loads, for rows of a multiple of 4 values.
     grouped4: wgpu::ComputePipeline,
 }
@@ -173,7 +177,10 @@ struct RefineParams {
     dim: u32,
     mode: u32,
     groups_x: u32,
-    _pad: [u32; 3],
+    /// See refine.wgsl.
+    row_base: u32,
+    mutual: u32,
+    _pad: u32,
 }
 
 /// Bytes bound for each parameter block: the largest of them.
@@ -390,7 +397,8 @@ impl GpuEngine {
                 let rows = kernel(&ctx, "certify", &module, "certify_rows", &slots, &constants);
                 let sort_runs = pipeline(&ctx, "sort runs", &rows.layout, &module, "sort_runs", &constants);
                 let certify_runs = pipeline(&ctx, "certify runs", &rows.layout, &module, "certify_runs", &constants);
-                CertifyKernels { rows, sort_runs, certify_runs }
+                let sort_by_index = pipeline(&ctx, "sort by index", &rows.layout, &module, "sort_by_index", &constants);
+                CertifyKernels { rows, sort_runs, certify_runs, sort_by_index }
             })?)
         } else {
             None
@@ -403,11 +411,12 @@ impl GpuEngine {
                 let narrow = kernel(&ctx, "refine", &module, "exact_keys", &slots, &[]);
                 let grouped = pipeline(&ctx, "refine grouped", &narrow.layout, &module, "exact_keys_grouped", &[]);
                 let wide = pipeline(&ctx, "refine wide", &narrow.layout, &module, "exact_keys_wide", &[]);
+                let copy_mutual = pipeline(&ctx, "copy mutual keys", &narrow.layout, &module, "copy_mutual_keys", &[]);
                 let module4 = shader_module(&ctx, "refine vec4", &shaders::refine(true), Checks::Checked);
                 let wide4 = pipeline(&ctx, "refine wide vec4", &narrow.layout, &module4, "exact_keys_wide", &[]);
                 let grouped4 =
                     pipeline(&ctx, "refine grouped vec4", &narrow.layout, &module4, "exact_keys_grouped", &[]);
-                RefineKernels { narrow, grouped, wide, wide4, grouped4 }
+                RefineKernels { narrow, grouped, wide, wide4, grouped4, copy_mutual }
             })?)
         } else {
             None
@@ -545,6 +554,8 @@ enum Step {
     Certify,
     SortRuns,
     CertifyRuns,
+    SortByIndex,
+    CopyMutualKeys,
 }
 
 /// One dispatch: kernel, parameter slot, workgroups, bind group.
@@ -631,9 +642,13 @@ impl GpuTimes {
             Step::Distance => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
             Step::Merge | Step::MergeWide => self.merge += seconds,
-            Step::Refine | Step::RefineGrouped | Step::RefineWide | Step::RefineWide4 | Step::RefineGrouped4 => {
-                self.refine += seconds
-            }
+            Step::Refine
+            | Step::RefineGrouped
+            | Step::RefineWide
+            | Step::RefineWide4
+            | Step::RefineGrouped4
+            | Step::SortByIndex
+            | Step::CopyMutualKeys => self.refine += seconds,
             Step::Certify | Step::SortRuns | Step::CertifyRuns => self.certify += seconds,
         }
     }
@@ -691,6 +706,8 @@ impl GpuEngine {
                     Step::RefineGrouped4 => &self.refine.as_ref().expect("only planned with f64").grouped4,
                     Step::Certify => &self.certify.as_ref().expect("only planned with f64").rows.pipeline,
                     Step::SortRuns => &self.certify.as_ref().expect("only planned with f64").sort_runs,
+                    Step::SortByIndex => &self.certify.as_ref().expect("only planned with f64").sort_by_index,
+                    Step::CopyMutualKeys => &self.refine.as_ref().expect("only planned with f64").copy_mutual,
                     Step::CertifyRuns => &self.certify.as_ref().expect("only planned with f64").certify_runs,
                 };
                 let stamp = timed.filter(|&(_, n)| (i as u32) < n).map(|(p, _)| p);

@@ -226,6 +226,21 @@ pub fn symmetric_cases() -> Vec<Case> {
             metric,
         });
     }
+    // Rows of 256 values or more share the exact keys of mutual pairs (scalar and vec4 loads).
+    cases.push(Case {
+        name: "euclidean: graph n=700 d=258 k=12, wide rows".into(),
+        corpus: random(&mut rng, 700, 258, 0.0),
+        queries: None,
+        k: 12,
+        metric: Metric::Euclidean,
+    });
+    cases.push(Case {
+        name: "correlation: graph n=600 d=256 k=30, wide rows".into(),
+        corpus: lattice(&mut rng, 600, 256, 3, 10.0),
+        queries: None,
+        k: 30,
+        metric: Metric::Correlation,
+    });
     cases.push(Case {
         name: "euclidean: graph n=1500 d=3 k=4, a cluster around row 0 after 600 spread rows".into(),
         corpus: Matrix::from_rows(&late_cluster).unwrap(),
