@@ -171,26 +171,28 @@ fn gpu_large_corpus_matches_float64_oracle() {
     );
 }
 
+/// `cases` at the default budget on the CPU, the GPU with subgroups (where the adapter has
+/// them) and the GPU without: one engine each, for all the cases in turn.
+fn run_on_every_backend(cases: fn() -> Vec<Case>) {
+    let cpu = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
+    run_cases(&cpu, cases(), true, false);
+    if let Some(knn) = gpu(false, None) {
+        run_cases(&knn, cases(), true, false);
+    }
+    run_cases(&gpu(true, None).expect("the workgroup select runs on every adapter"), cases(), true, false);
+}
+
 /// Lists longer than one run of the GPU ranking, at the default budget (so that the GPU ranks
 /// them where the adapter has f64: `run_cases` asserts it).
 #[test]
 fn long_candidate_lists_match_float64_oracle() {
-    let cpu = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
-    run_cases(&cpu, long_list_cases(), true, false);
-    if let Some(knn) = gpu(false, None) {
-        run_cases(&knn, long_list_cases(), true, false);
-    }
-    run_cases(&gpu(true, None).expect("the workgroup select runs on every adapter"), long_list_cases(), true, false);
+    run_on_every_backend(long_list_cases);
 }
 
+/// An engine keeps the buffers of the last corpus for the next one of its shape.
 #[test]
 fn corpora_of_one_shape_are_answered_from_their_own_rows() {
-    let cpu = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
-    run_cases(&cpu, same_shape_cases(), true, false);
-    if let Some(knn) = gpu(false, None) {
-        run_cases(&knn, same_shape_cases(), true, false);
-    }
-    run_cases(&gpu(true, None).expect("the workgroup select runs on every adapter"), same_shape_cases(), true, false);
+    run_on_every_backend(same_shape_cases);
 }
 
 /// Graphs swept in symmetric blocks: query tiles of 256 rows, distance tiles of 384, and a
