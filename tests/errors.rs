@@ -143,27 +143,31 @@ fn a_k_too_large_for_the_gpu_budget_is_an_error_not_a_crash() {
 }
 
 /// The first bad row of a large input is the one named, however the scan is split across
-/// cores (the corpus scan also computes the centring mean in the same pass).
+/// cores (the corpus scan also computes the centring mean in the same pass), on every
+/// backend (a GPU engine writes the corpus to the GPU meanwhile, in three 2 MiB parts here).
 #[test]
 fn first_bad_row_of_a_large_input_is_named() {
-    let n = 100_000;
+    let n = 300_000;
     let mut values: Vec<f32> = (0..n * 4).map(|i| (i % 11) as f32).collect();
-    values[70_000 * 4 + 1] = f32::NAN;
-    values[50_000 * 4 + 3] = 1e30;
-    values[31_234 * 4 + 2] = f32::INFINITY;
+    values[290_000 * 4 + 1] = f32::NAN;
+    values[200_000 * 4 + 3] = 1e30;
+    values[140_234 * 4 + 2] = f32::INFINITY;
     let data = Matrix::new(values, n, 4).unwrap();
-    let knn = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
-    for metric in [Metric::Euclidean, Metric::InnerProduct] {
-        let e = knn.graph(data.view(), 3, metric).unwrap_err();
-        assert!(matches!(e, Error::NonFinite { row: 31_234, col: 2, .. }), "{metric}: {e}");
-        let e = knn.search(data.view(), grid(3, 4).view(), 3, metric).unwrap_err();
-        assert!(matches!(e, Error::NonFinite { row: 31_234, col: 2, .. }), "{metric}: {e}");
+    for knn in engines() {
+        for metric in [Metric::Euclidean, Metric::InnerProduct] {
+            let e = knn.graph(data.view(), 3, metric).unwrap_err();
+            assert!(matches!(e, Error::NonFinite { row: 140_234, col: 2, .. }), "{metric}: {e}");
+            let e = knn.search(data.view(), grid(3, 4).view(), 3, metric).unwrap_err();
+            assert!(matches!(e, Error::NonFinite { row: 140_234, col: 2, .. }), "{metric}: {e}");
+        }
     }
     // Under cosine an all-zero row is as bad, and here it comes first.
     let mut values = vec![1.0f32; n * 4];
     values[9 * 4..10 * 4].fill(0.0);
-    values[80_000 * 4] = f32::NAN;
+    values[280_000 * 4] = f32::NAN;
     let data = Matrix::new(values, n, 4).unwrap();
-    let e = knn.graph(data.view(), 3, Metric::Cosine).unwrap_err();
-    assert!(matches!(e, Error::DegenerateRow { row: 9, .. }), "{e}");
+    for knn in engines() {
+        let e = knn.graph(data.view(), 3, Metric::Cosine).unwrap_err();
+        assert!(matches!(e, Error::DegenerateRow { row: 9, .. }), "{e}");
+    }
 }
