@@ -206,6 +206,10 @@ fn symmetric_tile_count(n: usize, d: usize, kc: usize) -> usize {
     ((work / 8192.0).sqrt().round() as usize).max(2)
 }
 
+/// Dimension from which exact keys are computed by a workgroup per candidate, and a
+/// symmetric sweep's mutual pairs share them (every row's keys kept: 8 kc bytes a row).
+pub(crate) const WIDE_ROWS: usize = 256;
+
 /// n d / kc below which a symmetric sweep does not pay.
 const SYMMETRIC_MIN_WORK: f64 = (1 << 15) as f64;
 /// GEMM products (n^2 d) below which a symmetric sweep does not pay.
@@ -243,7 +247,8 @@ pub(crate) fn plan_symmetric(
     // A merge holds the running list and a whole shortlist in the auxiliary arrays.
     let scratch_stride = column_tile.max(kc + shortlist_cap);
     let row = prepared_row_bytes(d);
-    let per_row_state = 8 * (kc + shortlist_cap) as u64 + 16;
+    let shared_keys = if d >= WIDE_ROWS { 8 * kc as u64 } else { 0 };
+    let per_row_state = 8 * (kc + shortlist_cap) as u64 + 16 + shared_keys;
     let fits = |bytes: u64| bytes <= dev.max_binding;
     if !fits(n as u64 * 8 * shortlist_cap as u64) {
         return None;

@@ -29,7 +29,7 @@ use wgpu::util::DeviceExt;
 
 use crate::error::{Error, Result};
 use crate::metric::Metric;
-use crate::plan::{self, DeviceBudget};
+use crate::plan::{self, DeviceBudget, WIDE_ROWS};
 use crate::search::Options;
 
 use context::Context;
@@ -43,8 +43,6 @@ const DEFAULT_BUDGET: u64 = 1 << 30;
 const DISCRETE_BUDGET: u64 = 4 << 30;
 /// Dimension from which exact keys are computed by a group of 8 invocations per candidate.
 const GROUPED_ROWS: usize = 32;
-/// Dimension from which exact keys are computed by a workgroup per candidate.
-const WIDE_ROWS: usize = 256;
 /// Uploads larger than this are split into parts written by several cores, a group of one
 /// part per core submitted at a time (2 MiB: eight groups at d=4096 n=16384, whose copies
 /// overlap the writing of the next; 8 MiB parts gave two groups and no gain).
