@@ -62,7 +62,9 @@ pub struct Options {
     /// only at the end; the sweep before reports up to 90% of them as it goes.
     pub progress: Option<Progress>,
     /// Time every GPU kernel with timestamp queries (where the adapter supports them inside
-    /// compute passes) and report the times in [`RunStats::gpu`].
+    /// compute passes) and report the times in [`RunStats::gpu`]. The host then waits for each
+    /// submission to read its timestamps, which an unprofiled run never does (it queues the
+    /// next work first), so profiled runs take longer.
     pub profile: bool,
     /// Cap on workgroups per dispatch dimension (default: the adapter's limit, 65535).
     /// Lower values force the 2-D dispatch path on small problems, for tests.
