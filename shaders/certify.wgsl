@@ -111,10 +111,7 @@ fn decide(row: u32, kc: u32, valid: u32, own: u32, top: f32, kth: f64) -> u32 {
 fn load_and_sort(lid: u32, base: u32, len: u32, own: u32) -> vec2<u32> {
     var count = 0u;
     var top = bitcast<f32>(0xff800000u);
-    var sorted = 1u;
-    while (sorted < len) {
-        sorted *= 2u;
-    }
+    let sorted = bitonic_length(len);
     for (var i = lid; i < sorted; i += WG) {
         var id = NONE;
         var key = 0.0lf;
@@ -146,6 +143,16 @@ fn load_and_sort(lid: u32, base: u32, len: u32, own: u32) -> vec2<u32> {
 
     sort_pairs(lid, sorted, true);
     return summary;
+}
+
+// The pairs a bitonic sort of `len` pairs works on: `len` rounded up to a power of two,
+// the rest padding.
+fn bitonic_length(len: u32) -> u32 {
+    var sorted = 1u;
+    while (sorted < len) {
+        sorted *= 2u;
+    }
+    return sorted;
 }
 
 // Bitonic sort of the first `sorted` (a power of two) pairs of `row_keys` and `row_ids`, by
@@ -187,10 +194,7 @@ fn sort_by_index(
         return;
     }
     let base = row * params.kc;
-    var sorted = 1u;
-    while (sorted < params.kc) {
-        sorted *= 2u;
-    }
+    let sorted = bitonic_length(params.kc);
     for (var i = lid; i < sorted; i += WG) {
         var c = vec2<u32>(0u, NONE);
         if (i < params.kc) {

@@ -238,6 +238,9 @@ pub(super) struct TileBuffers {
     flags_at: u64,
     /// Exact keys of the candidates (with GPU re-ranking), and where they go in `staging`.
     exact: Option<(wgpu::Buffer, u64)>,
+    /// Mutual pairs share their exact keys (`TileKey::shares_mutual_keys`): `exact` holds
+    /// every state row's keys, not a tile's.
+    shared_keys: bool,
     /// Ranked answers, when rows are certified on the GPU.
     certify: Option<CertifyBuffers>,
 }
@@ -309,6 +312,7 @@ impl TileBuffers {
             } else {
                 None
             },
+            shared_keys: key.shares_mutual_keys(),
         })
     }
 }
@@ -428,7 +432,6 @@ impl CorpusSession<'_> {
         let certify = certify.filter(|_| gpu_exact && gpu.certify.is_some());
         let certify_k = certify.map(|c| c.k);
         let key = TileKey { corpus: (self.corpus.rows(), d), tiles, kc, column_tiles, gpu_exact, certify_k };
-        let mutual = key.shares_mutual_keys();
         let mut cached = gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()).take();
         if cached.as_ref().is_some_and(|(k, _)| *k != key) {
             // Freed before the new set is allocated.
@@ -451,7 +454,7 @@ impl CorpusSession<'_> {
             incomplete: if tiles.symmetric { vec![false; nq] } else { Vec::new() },
             shortlisted: 0,
             symmetric: tiles.symmetric,
-            shared_keys: mutual,
+            shared_keys: buffers.shared_keys,
             ranked: certify.map(|c| BackendRanked {
                 k: c.k,
                 ids: vec![0; nq * c.k],
@@ -477,7 +480,7 @@ impl CorpusSession<'_> {
                 let swept = (tile.q0 + tile.rows) as f64 / nq as f64;
                 report((SWEEP_SHARE * swept * swept * nq as f64) as usize);
             }
-            if mutual {
+            if buffers.shared_keys {
                 self.sort_lists_by_index(kc, &buffers)?;
             }
         }
@@ -527,7 +530,7 @@ impl CorpusSession<'_> {
                 if !tiles.symmetric {
                     self.sweep(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers)?;
                 }
-                let (read, mapping) = self.finish(tile, kc, certify, mutual, &buffers, &buffers.staging[staging])?;
+                let (read, mapping) = self.finish(tile, kc, certify, &buffers, &buffers.staging[staging])?;
                 let submitted = (read, mapping, staging);
                 let ready = if double { in_flight.replace(submitted) } else { Some(submitted) };
                 if let Some(ready) = ready {
@@ -833,14 +836,11 @@ impl CorpusSession<'_> {
 
     /// Finishes one swept query tile: exact keys and certificates where the GPU computes them,
     /// then copies its results into `staging`, whose mapping for the host is requested.
-    /// `mutual`: the keys of mutual pairs are shared (`TileKey::shares_mutual_keys`).
-    #[allow(clippy::too_many_arguments)]
     fn finish(
         &self,
         tile: QueryTile,
         kc: usize,
         certify: Option<&Certify<'_>>,
-        mutual: bool,
         b: &TileBuffers,
         staging: &wgpu::Buffer,
     ) -> Result<(TileRead, Mapping)> {
@@ -850,6 +850,7 @@ impl CorpusSession<'_> {
         let QueryTile { q0, rows, from_corpus, symmetric } = tile;
         let base = if symmetric { q0 } else { 0 } as u64;
         let lists_at = base * kc as u64 * 8;
+        let mutual = b.shared_keys;
         if let (Some((keys, _)), Some(raw_corpus), Some(refine)) = (&b.exact, &self.raw_corpus, &gpu.refine) {
             let mut encoder = device.create_command_encoder(&Default::default());
             if from_corpus {
