@@ -59,6 +59,14 @@ const SYMMETRIC_TILE: usize = 1024;
 /// Largest distance tile width: wide tiles amortise the per-tile merge of candidate lists.
 pub(crate) const MAX_COLUMN_TILE: usize = 16384;
 
+/// Largest distance tile width where every tile is selected densely (lists longer than
+/// [`DENSE_KC`]): a merge of two long lists costs about as much as the select of a tile, so
+/// fewer, wider tiles save merges. H100, d=128, graph ms with 16384 / 65536 columns, same
+/// command, identical output: n=65536 k=256 67 / 63-65, k=1000 110 / 99-100 (merges 14 ms
+/// -> none), k=2048 165 / 144, k=4096 287 / 246; n=262144 k=1000 1303 / 1161 (merges 271 ->
+/// 64 ms).
+pub(crate) const MAX_DENSE_COLUMN_TILE: usize = 65536;
+
 /// Caps on tile sizes below what the budget allows (tests give small problems many tiles).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TileCaps {
@@ -70,7 +78,7 @@ pub(crate) struct TileCaps {
 
 impl Default for TileCaps {
     fn default() -> Self {
-        TileCaps { column: MAX_COLUMN_TILE, query: MAX_QUERY_ROWS }
+        TileCaps { column: usize::MAX, query: MAX_QUERY_ROWS }
     }
 }
 
@@ -105,7 +113,8 @@ pub(crate) fn plan_tiles(
     caps: TileCaps,
     dev: DeviceBudget,
 ) -> Result<TilePlan> {
-    let column_tile = corpus.chunk_rows.min(caps.column);
+    let widest = if kc > DENSE_KC { MAX_DENSE_COLUMN_TILE } else { MAX_COLUMN_TILE };
+    let column_tile = corpus.chunk_rows.min(caps.column).min(widest);
     let dist_stride = column_tile.next_multiple_of(4);
     let scratch_stride = column_tile.max(2 * kc);
     let row = prepared_row_bytes(d);
@@ -238,7 +247,7 @@ pub(crate) fn plan_symmetric(
     if !corpus.resident || corpus.chunk_rows < n {
         return None;
     }
-    let column_tile = corpus.chunk_rows.min(caps.column) / ALIGN_ROWS * ALIGN_ROWS;
+    let column_tile = corpus.chunk_rows.min(caps.column).min(MAX_COLUMN_TILE) / ALIGN_ROWS * ALIGN_ROWS;
     if column_tile == 0 {
         return None;
     }
@@ -329,6 +338,22 @@ mod tests {
             assert!(kc + t.shortlist_cap <= t.scratch_stride);
             assert!(q * t.shortlist_cap as u64 * 8 <= LAVAPIPE.max_binding);
         }
+    }
+
+    #[test]
+    fn long_lists_take_wider_column_tiles() {
+        let dev = DeviceBudget { max_binding: 2 << 30, budget: 4 << 30 };
+        let columns = |n: usize, kc: usize, caps: TileCaps| {
+            let corpus = plan_corpus(n, 128, dev).unwrap();
+            plan_tiles(n, 128, kc, corpus, n, caps, dev).unwrap().column_tile
+        };
+        assert_eq!(columns(262144, 26, TileCaps::default()), MAX_COLUMN_TILE);
+        assert_eq!(columns(262144, 1250, TileCaps::default()), MAX_DENSE_COLUMN_TILE);
+        assert_eq!(columns(40000, 1250, TileCaps::default()), 40000);
+        assert_eq!(columns(262144, 1250, TileCaps { column: 384, ..TileCaps::default() }), 384);
+        let corpus = plan_corpus(262144, 128, dev).unwrap();
+        let sym = plan_symmetric(262144, 128, 26, corpus, TileCaps::default(), dev, false).unwrap();
+        assert!(sym.column_tile <= MAX_COLUMN_TILE);
     }
 
     #[test]

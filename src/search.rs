@@ -69,7 +69,8 @@ pub struct Options {
     /// Cap on workgroups per dispatch dimension (default: the adapter's limit, 65535).
     /// Lower values force the 2-D dispatch path on small problems, for tests.
     pub max_workgroups_per_dimension: Option<u32>,
-    /// Cap on corpus rows per GPU distance tile (default 16384). Lower values give small
+    /// Cap on corpus rows per GPU distance tile (default: 16384, or 65536 for lists of more
+    /// than 256 candidates, which select every tile densely). Lower values give small
     /// problems many tiles, so that tests reach the merges and shortlists of large ones.
     #[doc(hidden)]
     pub max_column_tile: Option<usize>,

@@ -431,7 +431,7 @@ impl GpuEngine {
             max_groups,
             symmetric_graphs: options.symmetric_graphs,
             tile_caps: plan::TileCaps {
-                column: options.max_column_tile.unwrap_or(plan::MAX_COLUMN_TILE).max(1),
+                column: options.max_column_tile.unwrap_or(usize::MAX).max(1),
                 query: options.max_query_tile.unwrap_or(usize::MAX).max(1),
             },
             tile_cache: Default::default(),
