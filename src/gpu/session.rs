@@ -521,15 +521,17 @@ impl CorpusSession<'_> {
                 }))
             };
             for (t, &tile) in query_tiles.iter().enumerate() {
+                let QueryTile { q0, rows, .. } = tile;
+                if !tiles.symmetric {
+                    // Queued before waiting for the reader below, so that the GPU sweeps this
+                    // tile while the host copies out the one before last.
+                    self.sweep(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers)?;
+                }
                 // This tile's staging buffer was the one before last's: its reader is done.
                 if let Some(reader) = reading.take() {
                     collect(reader, &mut out)?;
                 }
-                let QueryTile { q0, rows, .. } = tile;
                 let staging = t % buffers.staging.len();
-                if !tiles.symmetric {
-                    self.sweep(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers)?;
-                }
                 let (read, mapping) = self.finish(tile, kc, certify, &buffers, &buffers.staging[staging])?;
                 let submitted = (read, mapping, staging);
                 let ready = if double { in_flight.replace(submitted) } else { Some(submitted) };
