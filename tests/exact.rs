@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{cases, check, large_corpus_case, larger_cases, long_list_cases, same_shape_cases, symmetric_cases, Case};
+use common::{
+    cases, check, large_corpus_cases, larger_cases, long_list_cases, same_shape_cases, symmetric_cases, Case,
+};
 use knng::{Backend, Knn, Options};
 
 /// `default_budget`: the engine runs with the default memory budget, so every case's corpus
@@ -159,16 +161,8 @@ fn gpu_workgroup_select_larger_cases() {
 }
 
 #[test]
-fn gpu_large_corpus_matches_float64_oracle() {
-    if let Some(knn) = gpu(false, None) {
-        run_cases(&knn, vec![large_corpus_case()], true, false);
-    }
-    run_cases(
-        &gpu(true, None).expect("the workgroup select runs on every adapter"),
-        vec![large_corpus_case()],
-        true,
-        false,
-    );
+fn large_corpora_match_float64_oracle() {
+    run_on_every_backend(large_corpus_cases);
 }
 
 /// `cases` at the default budget on the CPU, the GPU with subgroups (where the adapter has

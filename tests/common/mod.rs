@@ -356,14 +356,34 @@ pub fn same_shape_cases() -> Vec<Case> {
     ]
 }
 
-/// A corpus of more than 8 MiB (uploaded in parts by several cores) searched by a few queries.
-pub fn large_corpus_case() -> Case {
+/// A corpus of more than 8 MiB (uploaded in parts by several cores) searched by a few queries,
+/// and corpora whose rows fill whole 16384-column distance tiles, where the select checks its
+/// first pivot against a wider sample (`lower_first_pivot`): on a lattice, whose keys tie in
+/// long runs, for short and long lists.
+pub fn large_corpus_cases() -> Vec<Case> {
     let mut rng = StdRng::seed_from_u64(11);
-    Case {
-        name: "euclidean: search 7 queries in a 70000 x 32 corpus".into(),
-        corpus: random(&mut rng, 70_000, 32, 0.5),
-        queries: Some(random(&mut rng, 7, 32, 0.5)),
-        k: 9,
-        metric: Metric::Euclidean,
-    }
+    let ties = lattice(&mut rng, 20_000, 4, 3, 0.0);
+    vec![
+        Case {
+            name: "euclidean: search 7 queries in a 70000 x 32 corpus".into(),
+            corpus: random(&mut rng, 70_000, 32, 0.5),
+            queries: Some(random(&mut rng, 7, 32, 0.5)),
+            k: 9,
+            metric: Metric::Euclidean,
+        },
+        Case {
+            name: "euclidean: search 5 lattice queries in a 20000 x 4 lattice, k=9".into(),
+            corpus: ties.clone(),
+            queries: Some(lattice(&mut rng, 5, 4, 3, 0.0)),
+            k: 9,
+            metric: Metric::Euclidean,
+        },
+        Case {
+            name: "euclidean: search 5 lattice queries in a 20000 x 4 lattice, k=700".into(),
+            corpus: ties,
+            queries: Some(lattice(&mut rng, 5, 4, 3, 0.0)),
+            k: 700,
+            metric: Metric::Euclidean,
+        },
+    ]
 }
