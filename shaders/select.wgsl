@@ -194,8 +194,9 @@ fn choose_pivot(lid: u32, row: u32, src: u32, start: u32, len: u32, need: u32) {
 // The first FILTER over a dense row keeps everything under its pivot, which 64 samples place
 // well above the need/len quantile (at 2048 of 65536 keys, about 10% of the row is kept for
 // 3% wanted). A wider sample, 16 runs of 64 neighbouring keys read as one vec4 per
-// invocation, counts how many keys fall below each of the smallest pivot samples; the lowest
-// of those that still leaves `need` below it with the same confidence becomes the pivot.
+// invocation, counts how many keys fall below each of the smallest pivot samples; the pivot
+// becomes the point where that count, interpolated between the samples, leaves `need` below
+// it with the same confidence.
 // Any pivot gives the same answer: one too low only costs a PARTITION pass.
 fn lower_first_pivot(lid: u32, row: u32, len: u32, need: u32) {
     if (lid < LOW_SAMPLES) {
@@ -217,14 +218,25 @@ fn lower_first_pivot(lid: u32, row: u32, len: u32, need: u32) {
     if (lid == 0u) {
         let q = f32(need) / f32(len) * f32(WIDE_SAMPLES);
         let wanted = q + 2.0 * sqrt(q) + 2.0;
+        var under = 0.0;
+        var c_under = 0.0;
         for (var j = 0u; j < LOW_SAMPLES; j++) {
             let c = low_samples[j];
-            if (f32(atomicLoad(&below_low[j])) >= wanted) {
-                if (c < bitcast<f32>(pivot_bits)) {
-                    pivot_bits = bitcast<u32>(c);
+            let count = f32(atomicLoad(&below_low[j]));
+            if (count >= wanted) {
+                // Between the last candidate with too few below it and this one, the count
+                // is taken to grow linearly.
+                var p = c;
+                if (j > 0u && count > under && c_under < c) {
+                    p = max(c_under + (c - c_under) * ((wanted - under) / (count - under)), c_under);
+                }
+                if (p < bitcast<f32>(pivot_bits)) {
+                    pivot_bits = bitcast<u32>(p);
                 }
                 break;
             }
+            under = count;
+            c_under = c;
         }
     }
     workgroupBarrier();
