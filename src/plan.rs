@@ -67,6 +67,10 @@ pub(crate) const MAX_COLUMN_TILE: usize = 16384;
 /// 64 ms).
 pub(crate) const MAX_DENSE_COLUMN_TILE: usize = 65536;
 
+/// Fewest query rows worth taking wide dense tiles for (where narrow ones allow more): enough
+/// rows, a workgroup each in the select, to fill a large GPU.
+const MIN_WIDE_QUERY_ROWS: usize = 1024;
+
 /// Caps on tile sizes below what the budget allows (tests give small problems many tiles).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TileCaps {
@@ -113,7 +117,31 @@ pub(crate) fn plan_tiles(
     caps: TileCaps,
     dev: DeviceBudget,
 ) -> Result<TilePlan> {
-    let widest = if kc > DENSE_KC { MAX_DENSE_COLUMN_TILE } else { MAX_COLUMN_TILE };
+    let narrow = plan_tiles_within(MAX_COLUMN_TILE, nq, d, kc, corpus, n, caps, dev);
+    if kc <= DENSE_KC {
+        return narrow;
+    }
+    // Wide tiles take 1.3 MB a query row at 65536 columns: under a small budget they would
+    // leave query tiles too short to fill the GPU.
+    match (plan_tiles_within(MAX_DENSE_COLUMN_TILE, nq, d, kc, corpus, n, caps, dev), &narrow) {
+        (Ok(wide), Ok(short)) if wide.query_rows < short.query_rows.min(MIN_WIDE_QUERY_ROWS) => narrow,
+        (Ok(wide), _) => Ok(wide),
+        (Err(_), _) => narrow,
+    }
+}
+
+/// [`plan_tiles`] for distance tiles of at most `widest` columns.
+#[allow(clippy::too_many_arguments)]
+fn plan_tiles_within(
+    widest: usize,
+    nq: usize,
+    d: usize,
+    kc: usize,
+    corpus: CorpusPlan,
+    n: usize,
+    caps: TileCaps,
+    dev: DeviceBudget,
+) -> Result<TilePlan> {
     let column_tile = corpus.chunk_rows.min(caps.column).min(widest);
     let dist_stride = column_tile.next_multiple_of(4);
     let scratch_stride = column_tile.max(2 * kc);
@@ -351,6 +379,11 @@ mod tests {
         assert_eq!(columns(262144, 1250, TileCaps::default()), MAX_DENSE_COLUMN_TILE);
         assert_eq!(columns(40000, 1250, TileCaps::default()), 40000);
         assert_eq!(columns(262144, 1250, TileCaps { column: 384, ..TileCaps::default() }), 384);
+        // A budget that leaves wide tiles few query rows keeps narrow ones.
+        let small = DeviceBudget { max_binding: 128 << 20, budget: 1 << 30 };
+        let corpus = plan_corpus(262144, 128, small).unwrap();
+        let plan = plan_tiles(262144, 128, 1250, corpus, 262144, TileCaps::default(), small).unwrap();
+        assert_eq!(plan.column_tile, MAX_COLUMN_TILE);
         let corpus = plan_corpus(262144, 128, dev).unwrap();
         let sym = plan_symmetric(262144, 128, 26, corpus, TileCaps::default(), dev, false).unwrap();
         assert!(sym.column_tile <= MAX_COLUMN_TILE);
