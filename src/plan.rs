@@ -117,23 +117,25 @@ pub(crate) fn plan_tiles(
     caps: TileCaps,
     dev: DeviceBudget,
 ) -> Result<TilePlan> {
-    let narrow = plan_tiles_within(MAX_COLUMN_TILE, nq, d, kc, corpus, n, caps, dev);
+    let within = |widest: usize| {
+        let caps = TileCaps { column: caps.column.min(widest), ..caps };
+        plan_tiles_within(nq, d, kc, corpus, n, caps, dev)
+    };
+    let narrow = within(MAX_COLUMN_TILE);
     if kc <= DENSE_KC {
         return narrow;
     }
     // Wide tiles take 1.3 MB a query row at 65536 columns: under a small budget they would
     // leave query tiles too short to fill the GPU.
-    match (plan_tiles_within(MAX_DENSE_COLUMN_TILE, nq, d, kc, corpus, n, caps, dev), &narrow) {
+    match (within(MAX_DENSE_COLUMN_TILE), &narrow) {
         (Ok(wide), Ok(short)) if wide.query_rows < short.query_rows.min(MIN_WIDE_QUERY_ROWS) => narrow,
         (Ok(wide), _) => Ok(wide),
         (Err(_), _) => narrow,
     }
 }
 
-/// [`plan_tiles`] for distance tiles of at most `widest` columns.
-#[allow(clippy::too_many_arguments)]
+/// [`plan_tiles`] for distance tiles of at most `caps.column` columns.
 fn plan_tiles_within(
-    widest: usize,
     nq: usize,
     d: usize,
     kc: usize,
@@ -142,7 +144,7 @@ fn plan_tiles_within(
     caps: TileCaps,
     dev: DeviceBudget,
 ) -> Result<TilePlan> {
-    let column_tile = corpus.chunk_rows.min(caps.column).min(widest);
+    let column_tile = corpus.chunk_rows.min(caps.column);
     let dist_stride = column_tile.next_multiple_of(4);
     let scratch_stride = column_tile.max(2 * kc);
     let row = prepared_row_bytes(d);
