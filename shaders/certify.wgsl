@@ -23,12 +23,16 @@ struct Params {
     corpus_rows: u32,
     groups_x: u32,
     floor_zero: u32, // 1: keys are non-negative (every metric but inner product)
-    _pad0: u32,
+    reported_as: u32, // the reported distance from the key: REPORT_SQRT, REPORT_NEGATED or REPORT_KEY
     _pad1: u32,
 }
 
 const WG: u32 = 256u;
 const NONE: u32 = 0xffffffffu;
+// How a key becomes the reported distance (`Metric::key_to_distance`).
+const REPORT_SQRT: u32 = 0u;
+const REPORT_NEGATED: u32 = 1u;
+const REPORT_KEY: u32 = 2u;
 // The longest list sorted at once, and the length of the runs of longer ones; set by the host
 // (`MAX_CERTIFY_KC`), a power of two.
 override MAX_KC: u32 = 1024u;
@@ -41,16 +45,34 @@ override MAX_KC: u32 = 1024u;
 @group(0) @binding(3) var<storage, read> row_state: array<vec2<u32>>;
 @group(0) @binding(4) var<storage, read> error_bounds: array<f64>;
 @group(0) @binding(5) var<storage, read_write> ranked_ids: array<u32>;
-@group(0) @binding(6) var<storage, read_write> ranked_keys: array<f64>;
+// The answers' reported distances (`Metric::key_to_distance`), not their keys: 4 bytes an
+// answer read back instead of 8.
+@group(0) @binding(6) var<storage, read_write> ranked_distances: array<f32>;
 @group(0) @binding(7) var<storage, read_write> status: array<u32>;
 // Per row and run (`sort_runs`): (valid pairs, bits of the largest fp32 key).
 @group(0) @binding(8) var<storage, read_write> run_stats: array<vec2<u32>>;
 
 var<workgroup> valid_count: array<u32, WG>;
+// The row's k-th exact key, for `certify_runs`' decision.
+var<workgroup> kth_key: f64;
 var<workgroup> largest: array<f32, WG>;
 // The row's exact keys and corpus rows; NONE marks padding and the query itself.
 var<workgroup> row_keys: array<f64, MAX_KC>;
 var<workgroup> row_ids: array<u32, MAX_KC>;
+
+// The f32 distance reported for an exact key. The float64 square root of Vulkan is not
+// correctly rounded, so a root within an ulp or so of a float32 rounding boundary may round
+// the other way from the host's: the reported distance then differs from the host's in its
+// last bit, which the contract allows (distances are exact to fp32 rounding).
+fn reported(key: f64) -> f32 {
+    if (params.reported_as == REPORT_SQRT) {
+        return f32(sqrt(max(key, 0.0lf)));
+    }
+    if (params.reported_as == REPORT_NEGATED) {
+        return f32(-key);
+    }
+    return f32(key);
+}
 
 // (a_key, a_id) < (b_key, b_id), NONE after everything.
 fn before(a_key: f64, a_id: u32, b_key: f64, b_id: u32) -> bool {
@@ -78,7 +100,7 @@ fn certify_rows(
 
     for (var r = lid; r < min(params.k, valid); r += WG) {
         ranked_ids[row * params.k + r] = row_ids[r];
-        ranked_keys[row * params.k + r] = row_keys[r];
+        ranked_distances[row * params.k + r] = reported(row_keys[r]);
     }
 
     if (lid == 0u) {
@@ -291,15 +313,17 @@ fn certify_runs(
         }
         if (rank < params.k) {
             ranked_ids[row * params.k + rank] = id;
-            ranked_keys[row * params.k + rank] = key;
+            ranked_distances[row * params.k + rank] = reported(key);
+            if (rank == params.k - 1u) {
+                kth_key = key;
+            }
         }
     }
-    storageBarrier();
     workgroupBarrier();
     if (lid == 0u) {
         var kth = 0.0lf;
         if (valid >= params.k) {
-            kth = ranked_keys[row * params.k + params.k - 1u];
+            kth = kth_key;
         }
         status[row] = decide(row, params.kc, valid, row_state[row].x, top, kth);
     }

@@ -93,10 +93,16 @@ pub(crate) fn write_row(metric: Metric, answer: impl Iterator<Item = (f64, u32)>
         *dist = metric.key_to_distance(key);
         m += 1;
     }
+    order_ties_by_index(&mut ids[..m], &dists[..m]);
+}
+
+/// Lists the rows of one reported distance by index. `dists` is sorted (f32 distances are
+/// monotone in the key), so equal ones are adjacent.
+pub(crate) fn order_ties_by_index(ids: &mut [u32], dists: &[f32]) {
     let mut start = 0;
-    while start < m {
+    while start < dists.len() {
         let bits = dists[start].to_bits();
-        let end = start + dists[start..m].iter().take_while(|d| d.to_bits() == bits).count();
+        let end = start + dists[start..].iter().take_while(|d| d.to_bits() == bits).count();
         ids[start..end].sort_unstable();
         start = end;
     }

@@ -120,7 +120,19 @@ struct CertifyParams {
     corpus_rows: u32,
     groups_x: u32,
     floor_zero: u32,
-    _pad: [u32; 2],
+    /// How the key becomes the reported distance ([`reported_as`]).
+    reported_as: u32,
+    _pad: u32,
+}
+
+/// certify.wgsl's `REPORT_*` constant for the metric: the same rule as
+/// `Metric::key_to_distance`.
+fn reported_as(metric: Metric) -> u32 {
+    match metric {
+        Metric::Euclidean => 0,
+        Metric::InnerProduct => 1,
+        Metric::SqEuclidean | Metric::Cosine | Metric::Correlation => 2,
+    }
 }
 
 /// Lists longer than this are merged by a workgroup per row (`select_rows`) instead of a
@@ -386,7 +398,7 @@ impl GpuEngine {
         }
         // certify.wgsl sorts a row's keys and indices in workgroup memory, beside two
         // 256-entry reductions.
-        let certify_bytes = (MAX_CERTIFY_KC * 12 + 256 * 8) as u32;
+        let certify_bytes = (MAX_CERTIFY_KC * 12 + 256 * 8 + 8) as u32;
         let certify = if ctx.f64 && certify_bytes <= ctx.limits.max_compute_workgroup_storage_size {
             let slots = [RW, RW, RO, RO, RW, RW, RW, RW];
             let constants = [("MAX_KC", MAX_CERTIFY_KC as f64)];

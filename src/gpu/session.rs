@@ -4,15 +4,15 @@
 use rayon::prelude::*;
 
 use super::{
-    bind_group, bind_group_at, grid, metric_modes, read_mapped, CertifyParams, DistanceParams, GpuEngine, Job, Mapping,
-    NormsParams, ParamSlots, PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT,
-    TILE_M, TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
+    bind_group, bind_group_at, grid, metric_modes, read_mapped, reported_as, CertifyParams, DistanceParams, GpuEngine,
+    Job, Mapping, NormsParams, ParamSlots, PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS,
+    MAX_CERTIFY_KC, PARAM_SLOT, TILE_M, TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
 };
 use crate::data::MatrixRef;
 use crate::error::Result;
 use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, TilePlan};
-use crate::refine::{found, write_row, BackendRanked, Candidates, Certify, NONE};
+use crate::refine::{found, order_ties_by_index, BackendRanked, Candidates, Certify, NONE};
 
 /// Share of a symmetric graph's progress reports given to the sweep, before any row is final.
 const SWEEP_SHARE: f64 = 0.9;
@@ -204,11 +204,12 @@ struct CertifyBuffers {
     k: usize,
     error_bounds: wgpu::Buffer,
     ids: wgpu::Buffer,
-    keys: wgpu::Buffer,
+    /// Reported (f32) distances, not keys: a third fewer bytes to read back.
+    distances: wgpu::Buffer,
     status: wgpu::Buffer,
     /// Per row and run of `MAX_CERTIFY_KC` slots, for longer lists (`sort_runs`).
     run_stats: wgpu::Buffer,
-    keys_at: u64,
+    distances_at: u64,
     status_at: u64,
     flags_at: u64,
 }
@@ -258,16 +259,16 @@ impl TileBuffers {
         let copy = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
         let certify = match certify_k {
             Some(k) => {
-                let keys_at = (q * k * 4).next_multiple_of(8) as u64;
-                let status_at = keys_at + (q * k * 8) as u64;
+                let distances_at = (q * k * 4) as u64;
+                let status_at = distances_at + (q * k * 4) as u64;
                 Some(CertifyBuffers {
                     k,
                     error_bounds: gpu.buffer("error bounds", (q * 8) as u64, storage | copy)?,
                     ids: gpu.buffer("ranked rows", (q * k * 4) as u64, storage | copy)?,
-                    keys: gpu.buffer("ranked keys", (q * k * 8) as u64, storage | copy)?,
+                    distances: gpu.buffer("ranked distances", (q * k * 4) as u64, storage | copy)?,
                     status: gpu.buffer("certificates", (q * 4) as u64, storage | copy)?,
                     run_stats: gpu.buffer("run statistics", (q * kc.div_ceil(MAX_CERTIFY_KC) * 8) as u64, storage)?,
-                    keys_at,
+                    distances_at,
                     status_at,
                     flags_at: status_at + (q * 4) as u64,
                 })
@@ -514,9 +515,9 @@ impl CorpusSession<'_> {
                 mapping.wait(gpu)?;
                 gpu.add_transfer_time(started);
                 crate::trace::mark(|| format!("rows {}..{} mapped", read.q0, read.q0 + read.rows));
-                let (b, metric) = (&buffers, self.metric);
+                let b = &buffers;
                 Ok(scope.spawn(move || {
-                    read.copy_out(gpu, metric, b, staging, &mut candidates)?;
+                    read.copy_out(gpu, b, staging, &mut candidates)?;
                     Ok((read.q0 + read.rows, candidates))
                 }))
             };
@@ -822,13 +823,14 @@ impl CorpusSession<'_> {
             corpus_rows: self.corpus.rows() as u32,
             groups_x: gx,
             floor_zero: 0,
-            _pad: [0; 2],
+            reported_as: reported_as(self.metric),
+            _pad: 0,
         });
         let bind = bind_group(
             &gpu.ctx.device,
             &kernels.rows.layout,
             &b.uniform,
-            &[&b.candidates, keys, &b.row_state, &cb.error_bounds, &cb.ids, &cb.keys, &cb.status, &cb.run_stats],
+            &[&b.candidates, keys, &b.row_state, &cb.error_bounds, &cb.ids, &cb.distances, &cb.status, &cb.run_stats],
         );
         gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
         let job = Job { step: Step::SortByIndex, offset, groups: (gx, gy), bind: &bind };
@@ -928,7 +930,8 @@ impl CorpusSession<'_> {
                     corpus_rows: self.corpus.rows() as u32,
                     groups_x: gx,
                     floor_zero: c.floor_zero as u32,
-                    _pad: [0; 2],
+                    reported_as: reported_as(self.metric),
+                    _pad: 0,
                 };
                 let offset = params.push(certify_params);
                 certify_bind = bind_group_at(
@@ -941,7 +944,7 @@ impl CorpusSession<'_> {
                         (&b.row_state, base * 8),
                         (&cb.error_bounds, 0),
                         (&cb.ids, 0),
-                        (&cb.keys, 0),
+                        (&cb.distances, 0),
                         (&cb.status, 0),
                         (&cb.run_stats, 0),
                     ],
@@ -967,7 +970,7 @@ impl CorpusSession<'_> {
             // Only the ranked answers, the certificates and the failure flags come back.
             let k = cb.k;
             encoder.copy_buffer_to_buffer(&cb.ids, 0, staging, 0, (rows * k * 4) as u64);
-            encoder.copy_buffer_to_buffer(&cb.keys, 0, staging, cb.keys_at, (rows * k * 8) as u64);
+            encoder.copy_buffer_to_buffer(&cb.distances, 0, staging, cb.distances_at, (rows * k * 4) as u64);
             encoder.copy_buffer_to_buffer(&cb.status, 0, staging, cb.status_at, (rows * 4) as u64);
             encoder.copy_buffer_to_buffer(&b.failed, flags_at, staging, cb.flags_at, (rows * 4) as u64);
             TileRead { q0, rows, kc, ranked: true }
@@ -998,14 +1001,7 @@ struct TileRead {
 
 impl TileRead {
     /// Copies the tile's results out of `staging` and unmaps it.
-    fn copy_out(
-        &self,
-        gpu: &GpuEngine,
-        metric: Metric,
-        b: &TileBuffers,
-        staging: &wgpu::Buffer,
-        out: &mut Candidates,
-    ) -> Result<()> {
+    fn copy_out(&self, gpu: &GpuEngine, b: &TileBuffers, staging: &wgpu::Buffer, out: &mut Candidates) -> Result<()> {
         let started = std::time::Instant::now();
         let TileRead { q0, rows, kc, ranked } = *self;
         read_mapped(staging, |bytes| {
@@ -1016,18 +1012,19 @@ impl TileRead {
                     // of one distance by index (`write_row`).
                     let k = cb.k;
                     let ids: &[u32] = bytemuck::cast_slice(at(0, rows * k * 4));
-                    let keys: &[f64] = bytemuck::cast_slice(at(cb.keys_at, rows * k * 8));
+                    let distances: &[f32] = bytemuck::cast_slice(at(cb.distances_at, rows * k * 4));
                     let status = &mut answers.status[q0..q0 + rows];
                     status.copy_from_slice(bytemuck::cast_slice(at(cb.status_at, rows * 4)));
                     answers.ids[q0 * k..(q0 + rows) * k]
                         .par_chunks_mut(k)
                         .zip(answers.distances[q0 * k..(q0 + rows) * k].par_chunks_mut(k))
-                        .zip(ids.par_chunks(k).zip(keys.par_chunks(k)))
+                        .zip(ids.par_chunks(k).zip(distances.par_chunks(k)))
                         .zip(status.par_iter())
-                        .for_each(|(((out_ids, out_dists), (ids, keys)), &status)| {
+                        .for_each(|(((out_ids, out_dists), (ids, distances)), &status)| {
                             let m = found(status, k).unwrap_or(0);
-                            let answer = keys[..m].iter().copied().zip(ids[..m].iter().copied());
-                            write_row(metric, answer, out_ids, out_dists);
+                            out_ids[..m].copy_from_slice(&ids[..m]);
+                            out_dists[..m].copy_from_slice(&distances[..m]);
+                            order_ties_by_index(&mut out_ids[..m], &out_dists[..m]);
                         });
                     cb.flags_at
                 }
