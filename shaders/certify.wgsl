@@ -311,7 +311,10 @@ fn certify_runs(
                 rank += rank_in_run(row, r, run_stats[row * runs + r].x, key, id);
             }
         }
-        if (rank < params.k) {
+        if (rank < params.k && params.k <= MAX_KC) {
+            row_ids[rank] = id;
+            row_keys[rank] = key;
+        } else if (rank < params.k) {
             ranked_ids[row * params.k + rank] = id;
             ranked_distances[row * params.k + rank] = reported(key);
             if (rank == params.k - 1u) {
@@ -320,6 +323,18 @@ fn certify_runs(
         }
     }
     workgroupBarrier();
+    if (params.k <= MAX_KC) {
+        // Ranks scatter; the answers leave in order, whole rows of neighbouring slots, which
+        // matters where the output is host memory (`CertifyBuffers::direct`).
+        for (var r = lid; r < min(params.k, valid); r += WG) {
+            ranked_ids[row * params.k + r] = row_ids[r];
+            ranked_distances[row * params.k + r] = reported(row_keys[r]);
+        }
+        if (lid == 0u && valid >= params.k) {
+            kth_key = row_keys[params.k - 1u];
+        }
+        workgroupBarrier();
+    }
     if (lid == 0u) {
         var kth = 0.0lf;
         if (valid >= params.k) {

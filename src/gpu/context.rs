@@ -121,6 +121,9 @@ pub(crate) struct Context {
     pub f64: bool,
     /// Timestamp queries inside compute passes are enabled (profiling).
     pub timestamps: bool,
+    /// Buffers the host maps may also be bound as storage (`MAPPABLE_PRIMARY_BUFFERS`):
+    /// kernels write answers straight into the read-back memory.
+    pub mappable_storage: bool,
     pub log: Arc<ErrorLog>,
 }
 
@@ -140,6 +143,10 @@ impl Context {
         let f64 = adapter.features().contains(wgpu::Features::SHADER_F64);
         if f64 {
             required_features |= wgpu::Features::SHADER_F64;
+        }
+        let mappable_storage = adapter.features().contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
+        if mappable_storage {
+            required_features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
         }
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
@@ -162,7 +169,7 @@ impl Context {
                 *sink.lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {message}"));
             }
         });
-        Ok(Context { device, queue, info, limits, subgroups, f64, timestamps, log })
+        Ok(Context { device, queue, info, limits, subgroups, f64, timestamps, mappable_storage, log })
     }
 
     /// Waits for all submitted work and reports any error recorded meanwhile.
@@ -249,6 +256,7 @@ pub fn adapters() -> Vec<AdapterReport> {
                 (wgpu::Features::SHADER_F64, "SHADER_F64"),
                 (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
                 (wgpu::Features::SHADER_INT64, "SHADER_INT64"),
+                (wgpu::Features::MAPPABLE_PRIMARY_BUFFERS, "MAPPABLE_PRIMARY_BUFFERS"),
             ];
             AdapterReport {
                 index,

@@ -794,6 +794,18 @@ fn bind_group_at(
     uniform: &wgpu::Buffer,
     storage: &[(&wgpu::Buffer, u64)],
 ) -> wgpu::BindGroup {
+    let ranges: Vec<wgpu::BufferBinding<'_>> =
+        storage.iter().map(|&(buffer, offset)| wgpu::BufferBinding { buffer, offset, size: None }).collect();
+    bind_group_ranges(device, layout, uniform, &ranges)
+}
+
+/// A bind group of storage buffer ranges (offsets are multiples of 256 bytes).
+fn bind_group_ranges(
+    device: &wgpu::Device,
+    layout: &wgpu::BindGroupLayout,
+    uniform: &wgpu::Buffer,
+    storage: &[wgpu::BufferBinding<'_>],
+) -> wgpu::BindGroup {
     let mut entries = vec![wgpu::BindGroupEntry {
         binding: 0,
         resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -802,11 +814,11 @@ fn bind_group_at(
             size: std::num::NonZeroU64::new(PARAMS_SIZE),
         }),
     }];
-    for (i, &(buffer, offset)) in storage.iter().enumerate() {
-        debug_assert!(offset.is_multiple_of(256) && offset < buffer.size());
+    for (i, range) in storage.iter().enumerate() {
+        debug_assert!(range.offset.is_multiple_of(256) && range.offset < range.buffer.size());
         entries.push(wgpu::BindGroupEntry {
             binding: i as u32 + 1,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size: None }),
+            resource: wgpu::BindingResource::Buffer(range.clone()),
         });
     }
     device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout, entries: &entries })

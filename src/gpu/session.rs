@@ -4,9 +4,9 @@
 use rayon::prelude::*;
 
 use super::{
-    bind_group, bind_group_at, grid, metric_modes, read_mapped, reported_as, CertifyParams, DistanceParams, GpuEngine,
-    Job, Mapping, NormsParams, ParamSlots, PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS,
-    MAX_CERTIFY_KC, PARAM_SLOT, TILE_M, TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
+    bind_group, bind_group_at, bind_group_ranges, grid, metric_modes, read_mapped, reported_as, CertifyParams,
+    DistanceParams, GpuEngine, Job, Mapping, NormsParams, ParamSlots, PreparedRows, RefineParams, SelectParams, Step,
+    GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, TILE_M, TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
 };
 use crate::data::MatrixRef;
 use crate::error::Result;
@@ -209,6 +209,10 @@ struct CertifyBuffers {
     status: wgpu::Buffer,
     /// Per row and run of `MAX_CERTIFY_KC` slots, for longer lists (`sort_runs`).
     run_stats: wgpu::Buffer,
+    /// The ranking kernels write ids, distances and certificates straight into the read-back
+    /// buffer (`Context::mappable_storage`), at its offsets below: the answers cross to the host
+    /// while the kernels run, instead of in a copy after them on the same queue.
+    direct: bool,
     distances_at: u64,
     status_at: u64,
     flags_at: u64,
@@ -259,15 +263,23 @@ impl TileBuffers {
         let copy = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
         let certify = match certify_k {
             Some(k) => {
-                let distances_at = (q * k * 4) as u64;
-                let status_at = distances_at + (q * k * 4) as u64;
+                // Bound as storage where written in place: offsets of whole 256-byte blocks.
+                // Longer answers are written by rank, scattered, which host memory takes
+                // badly (k=2048 at n=65536: 134 -> 408 ms on an H100).
+                let direct = gpu.ctx.mappable_storage && k <= MAX_CERTIFY_KC;
+                let distances_at = (q * k * 4).next_multiple_of(256) as u64;
+                let status_at = distances_at + (q * k * 4).next_multiple_of(256) as u64;
+                // Written in place, the device's copies of the answers are never used; the
+                // ranking kernels' layout still binds something there.
+                let answers = |bytes: usize| if direct { 256 } else { bytes as u64 };
                 Some(CertifyBuffers {
                     k,
                     error_bounds: gpu.buffer("error bounds", (q * 8) as u64, storage | copy)?,
-                    ids: gpu.buffer("ranked rows", (q * k * 4) as u64, storage | copy)?,
-                    distances: gpu.buffer("ranked distances", (q * k * 4) as u64, storage | copy)?,
-                    status: gpu.buffer("certificates", (q * 4) as u64, storage | copy)?,
+                    ids: gpu.buffer("ranked rows", answers(q * k * 4), storage | copy)?,
+                    distances: gpu.buffer("ranked distances", answers(q * k * 4), storage | copy)?,
+                    status: gpu.buffer("certificates", answers(q * 4), storage | copy)?,
                     run_stats: gpu.buffer("run statistics", (q * kc.div_ceil(MAX_CERTIFY_KC) * 8) as u64, storage)?,
+                    direct,
                     distances_at,
                     status_at,
                     flags_at: status_at + (q * 4) as u64,
@@ -278,8 +290,11 @@ impl TileBuffers {
         let candidate_staging =
             (q * kc * 8 + q * 4).next_multiple_of(8) as u64 + if gpu_exact { (q * kc * 8) as u64 } else { 0 };
         let staging_bytes = candidate_staging.max(certify.as_ref().map_or(0, |c| c.flags_at + (q * 4) as u64));
-        let read_back =
-            || gpu.buffer("read-back", staging_bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        let mut read_back_usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+        if certify.as_ref().is_some_and(|c| c.direct) {
+            read_back_usage |= storage;
+        }
+        let read_back = || gpu.buffer("read-back", staging_bytes, read_back_usage);
         Ok(TileBuffers {
             certify,
             raw_queries: gpu.buffer("queries", (q * d * 4) as u64, storage | copy)?,
@@ -934,19 +949,34 @@ impl CorpusSession<'_> {
                     _pad: 0,
                 };
                 let offset = params.push(certify_params);
-                certify_bind = bind_group_at(
+                let whole = |buffer, offset| wgpu::BufferBinding { buffer, offset, size: None };
+                let part = |buffer, offset, bytes: usize| wgpu::BufferBinding {
+                    buffer,
+                    offset,
+                    size: std::num::NonZeroU64::new(bytes as u64),
+                };
+                let (ids, distances, status) = if cb.direct {
+                    (
+                        part(staging, 0, rows * cb.k * 4),
+                        part(staging, cb.distances_at, rows * cb.k * 4),
+                        part(staging, cb.status_at, rows * 4),
+                    )
+                } else {
+                    (whole(&cb.ids, 0), whole(&cb.distances, 0), whole(&cb.status, 0))
+                };
+                certify_bind = bind_group_ranges(
                     device,
                     &kernel.rows.layout,
                     &b.uniform,
                     &[
-                        (&b.candidates, lists_at),
-                        (keys, keys_at),
-                        (&b.row_state, base * 8),
-                        (&cb.error_bounds, 0),
-                        (&cb.ids, 0),
-                        (&cb.distances, 0),
-                        (&cb.status, 0),
-                        (&cb.run_stats, 0),
+                        whole(&b.candidates, lists_at),
+                        whole(keys, keys_at),
+                        whole(&b.row_state, base * 8),
+                        whole(&cb.error_bounds, 0),
+                        ids,
+                        distances,
+                        status,
+                        whole(&cb.run_stats, 0),
                     ],
                 );
                 if kc <= MAX_CERTIFY_KC {
@@ -969,9 +999,11 @@ impl CorpusSession<'_> {
         let read = if let (Some(cb), true) = (&b.certify, certify.is_some()) {
             // Only the ranked answers, the certificates and the failure flags come back.
             let k = cb.k;
-            encoder.copy_buffer_to_buffer(&cb.ids, 0, staging, 0, (rows * k * 4) as u64);
-            encoder.copy_buffer_to_buffer(&cb.distances, 0, staging, cb.distances_at, (rows * k * 4) as u64);
-            encoder.copy_buffer_to_buffer(&cb.status, 0, staging, cb.status_at, (rows * 4) as u64);
+            if !cb.direct {
+                encoder.copy_buffer_to_buffer(&cb.ids, 0, staging, 0, (rows * k * 4) as u64);
+                encoder.copy_buffer_to_buffer(&cb.distances, 0, staging, cb.distances_at, (rows * k * 4) as u64);
+                encoder.copy_buffer_to_buffer(&cb.status, 0, staging, cb.status_at, (rows * 4) as u64);
+            }
             encoder.copy_buffer_to_buffer(&b.failed, flags_at, staging, cb.flags_at, (rows * 4) as u64);
             TileRead { q0, rows, kc, ranked: true }
         } else {
