@@ -29,7 +29,10 @@ impl GpuEngine {
         self.take_profile();
         let started = std::time::Instant::now();
         let submitted = self.submit(self.ctx.device.create_command_encoder(&Default::default()), jobs)?;
-        Ok((self.completion(submitted)? - started).as_secs_f64())
+        crate::trace::mark(|| format!("bench: {} jobs submitted", jobs.len()));
+        let completed = self.completion(submitted)?;
+        crate::trace::mark(|| "bench: completed".into());
+        Ok((completed - started).as_secs_f64())
     }
 
     /// Times `select_rows` alone: the `k` smallest of each of `rows` rows of `cols` uniform
