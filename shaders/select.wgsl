@@ -67,6 +67,11 @@ const SAMPLES: u32 = 64u;
 const LOW_SAMPLES: u32 = 8u;
 const WIDE_SAMPLE_RUNS: u32 = 16u;
 const WIDE_SAMPLES: u32 = 4u * WG;
+// A FILTER segment of up to TAIL_LEN elements is finished by `tail_select`: BINS bins of its
+// value range, and up to WG elements of one bin ranked exactly.
+const TAIL_LEN: u32 = 4096u;
+const BINS: u32 = 256u;
+const BIN_GROUP: u32 = 16u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 // Dense input rows start at whole vec4s (`in_stride` is a multiple of 4).
@@ -98,6 +103,18 @@ var<workgroup> samples: array<f32, WG>;
 var<workgroup> low_samples: array<f32, LOW_SAMPLES>;
 var<workgroup> below_low: array<atomic<u32>, LOW_SAMPLES>;
 var<workgroup> row_count: u32;
+// `tail_select`: the segment's least key (order-preserving bits), a histogram of its values,
+// partial sums of BIN_GROUP bins, the bin that holds the need-th element with the count
+// below it, and that bin's elements.
+var<workgroup> tail_low: atomic<u32>;
+var<workgroup> tail_high: atomic<u32>;
+var<workgroup> histogram: array<atomic<u32>, BINS>;
+var<workgroup> bin_group_sums: array<u32, BINS / BIN_GROUP>;
+var<workgroup> tail_bin: u32;
+var<workgroup> tail_below: u32;
+var<workgroup> tail_in_bin: u32;
+var<workgroup> band_keys: array<f32, WG>;
+var<workgroup> band_ids: array<u32, WG>;
 // Elements appended to the left (a) and right (b) side in the current pass.
 var<workgroup> appended_a: atomic<u32>;
 var<workgroup> appended_b: atomic<u32>;
@@ -299,6 +316,139 @@ fn place(kind: u32, pivot: f32, e: vec2<u32>, valid: bool, dst: u32, row: u32, s
     }
 }
 
+// f32 bits as a u32 in the same order (negative keys included).
+fn ordered_bits(v: f32) -> u32 {
+    let bits = bitcast<u32>(v);
+    return select(bits | 0x80000000u, ~bits, (bits & 0x80000000u) != 0u);
+}
+
+fn from_ordered_bits(u: u32) -> f32 {
+    return bitcast<f32>(select(~u, u & 0x7fffffffu, (u & 0x80000000u) != 0u));
+}
+
+// Finishes a FILTER segment of at most TAIL_LEN elements without further passes: a histogram
+// of BINS bins between its least and largest key finds the bin of the need-th element, the
+// elements below that bin are written to `dst`, and those in it (a few, on data without long
+// runs of ties) are ranked exactly in workgroup memory. Three reads of the segment (from L2:
+// this workgroup has just written it) and no writes but the answer, where each FILTER or
+// SPLIT pass would read and write it and choose a pivot. The elements are read again rather
+// than held in a private array: one in registers cost the whole kernel occupancy, one in
+// local memory slowed the graphs' other kernels (notes/select.md). Returns true when done
+// (the answer is `dst` from `start`, `need` long); false when that bin holds more than WG
+// elements (ties, or a skewed bin): the segment state then describes that bin, written at
+// the right end of `dst`, for the usual passes.
+fn tail_select(lid: u32, row: u32, src: u32, start: u32, len: u32, need: u32, dst: u32) -> bool {
+    var low = 0xffffffffu;
+    var high = 0u;
+    for (var i = lid; i < len; i += WG) {
+        let key = ordered_bits(bitcast<f32>(load_pair(src, row, start + i).x));
+        low = min(low, key);
+        high = max(high, key);
+    }
+    if (lid == 0u) {
+        atomicStore(&tail_low, 0xffffffffu);
+        atomicStore(&tail_high, 0u);
+    }
+    atomicStore(&histogram[lid], 0u);
+    workgroupBarrier();
+    if (low != 0xffffffffu) {
+        atomicMin(&tail_low, low);
+        atomicMax(&tail_high, high);
+    }
+    workgroupBarrier();
+    let least = from_ordered_bits(atomicLoad(&tail_low));
+    let span = from_ordered_bits(atomicLoad(&tail_high)) - least;
+    // Infinite or NaN spans put everything in bin 0, which the fallback handles.
+    let scale = select(0.0, f32(BINS) / span, span > 0.0 && span < bitcast<f32>(INF_BITS));
+    for (var i = lid; i < len; i += WG) {
+        let key = bitcast<f32>(load_pair(src, row, start + i).x);
+        atomicAdd(&histogram[min(u32(max((key - least) * scale, 0.0)), BINS - 1u)], 1u);
+    }
+    workgroupBarrier();
+    if (lid < BINS / BIN_GROUP) {
+        var sum = 0u;
+        for (var b = 0u; b < BIN_GROUP; b++) {
+            sum += atomicLoad(&histogram[lid * BIN_GROUP + b]);
+        }
+        bin_group_sums[lid] = sum;
+    }
+    workgroupBarrier();
+    if (lid == 0u) {
+        var below = 0u;
+        var g = 0u;
+        while (below + bin_group_sums[g] < need) {
+            below += bin_group_sums[g];
+            g++;
+        }
+        var bin = g * BIN_GROUP;
+        while (below + atomicLoad(&histogram[bin]) < need) {
+            below += atomicLoad(&histogram[bin]);
+            bin++;
+        }
+        tail_bin = bin;
+        tail_below = below;
+        tail_in_bin = atomicLoad(&histogram[bin]);
+        atomicStore(&appended_a, 0u);
+        atomicStore(&appended_b, 0u);
+    }
+    let bin = workgroupUniformLoad(&tail_bin);
+    let below = workgroupUniformLoad(&tail_below);
+    let in_bin = workgroupUniformLoad(&tail_in_bin);
+    for (var i = lid; i < len; i += WG) {
+        let e = load_pair(src, row, start + i);
+        let b = min(u32(max((bitcast<f32>(e.x) - least) * scale, 0.0)), BINS - 1u);
+        if (b < bin) {
+            store_pair(dst, row, start + atomicAdd(&appended_a, 1u), e);
+        } else if (b == bin) {
+            let slot = atomicAdd(&appended_b, 1u);
+            if (in_bin <= WG) {
+                band_keys[slot] = bitcast<f32>(e.x);
+                band_ids[slot] = e.y;
+            } else {
+                store_pair(dst, row, start + len - 1u - slot, e);
+            }
+        }
+    }
+    workgroupBarrier();
+    if (in_bin > WG) {
+        if (lid == 0u) {
+            atomicStore(&appended_a, 0u);
+            atomicStore(&appended_b, 0u);
+            if (below > 0u) {
+                push_segment(dst, start, below);
+            }
+            seg_src = dst;
+            seg_start = start + len - in_bin;
+            seg_len = in_bin;
+            seg_need = need - below;
+            seg_kind = FILTER;
+        }
+        workgroupBarrier();
+        return false;
+    }
+    // The bin's elements ranked by (key, slot); the first need - below are wanted.
+    if (lid < in_bin) {
+        let mine = band_keys[lid];
+        var rank = 0u;
+        for (var j = 0u; j < in_bin; j++) {
+            let other = band_keys[j];
+            rank += select(0u, 1u, other < mine || (other == mine && j < lid));
+        }
+        if (rank < need - below) {
+            store_pair(dst, row, start + below + rank, vec2<u32>(bitcast<u32>(mine), band_ids[lid]));
+        }
+    }
+    if (lid == 0u) {
+        atomicStore(&appended_a, 0u);
+        atomicStore(&appended_b, 0u);
+        push_segment(dst, start, need);
+        seg_need = 0u;
+    }
+    storageBarrier();
+    workgroupBarrier();
+    return true;
+}
+
 // Input length of a row; for a merge with shortlists, also decides where its second list is.
 fn row_length(row: u32) -> u32 {
     from_shortlist = false;
@@ -389,6 +539,7 @@ fn select_row(lid: u32, wid: vec3<u32>) {
     workgroupBarrier();
 
     var finished = false;
+    var tail_tried = false;
     for (var pass_no = 0u; pass_no < MAX_PASSES; pass_no++) {
         let need = workgroupUniformLoad(&seg_need);
         let len = workgroupUniformLoad(&seg_len);
@@ -406,6 +557,17 @@ fn select_row(lid: u32, wid: vec3<u32>) {
             }
             finished = true;
             break;
+        }
+        if (kind == FILTER && len <= TAIL_LEN && !tail_tried) {
+            // Once only: a segment it hands back (one crowded bin) goes through the passes,
+            // which settle ties.
+            tail_tried = true;
+            let dst = select(SRC_A, SRC_B, src == SRC_A);
+            if (tail_select(lid, row, src, start, len, need, dst)) {
+                finished = true;
+                break;
+            }
+            continue;
         }
         if (kind == FILTER) {
             choose_pivot(lid, row, src, start, len, need);

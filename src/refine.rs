@@ -98,13 +98,18 @@ pub(crate) fn write_row(metric: Metric, answer: impl Iterator<Item = (f64, u32)>
 
 /// Lists the rows of one reported distance by index. `dists` is sorted (f32 distances are
 /// monotone in the key), so equal ones are adjacent.
+///
+/// This runs on every answer of a graph (134 M at n=65536 k=2048), so a row without ties costs
+/// one comparison an answer and no call.
 pub(crate) fn order_ties_by_index(ids: &mut [u32], dists: &[f32]) {
     let mut start = 0;
-    while start < dists.len() {
-        let bits = dists[start].to_bits();
-        let end = start + dists[start..].iter().take_while(|d| d.to_bits() == bits).count();
-        ids[start..end].sort_unstable();
-        start = end;
+    for end in 1..=dists.len() {
+        if end == dists.len() || dists[end].to_bits() != dists[start].to_bits() {
+            if end - start > 1 {
+                ids[start..end].sort_unstable();
+            }
+            start = end;
+        }
     }
 }
 

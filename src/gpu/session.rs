@@ -533,6 +533,7 @@ impl CorpusSession<'_> {
                 let b = &buffers;
                 Ok(scope.spawn(move || {
                     read.copy_out(gpu, b, staging, &mut candidates)?;
+                    crate::trace::mark(|| format!("rows {}..{} copied out", read.q0, read.q0 + read.rows));
                     Ok((read.q0 + read.rows, candidates))
                 }))
             };
