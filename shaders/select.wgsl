@@ -18,6 +18,9 @@
 //   than `need` elements <= p: the left part is kept and the search goes on to the right.
 // - THRESHOLD, first on a distance tile after the first: the running list's largest key is a
 //   bound, and only elements below it are written; usually almost none are.
+// - A segment that would take a FILTER and holds at most TAIL_LEN elements (usually what the
+//   first FILTER of a row keeps) is finished at once by `tail_select`: a histogram of its
+//   values finds the bin of the need-th element, and only that bin is ranked exactly.
 // Kept parts are not copied: a small stack remembers (array, start, length) and the answer is
 // gathered from it once at the end.
 //
