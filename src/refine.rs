@@ -209,6 +209,20 @@ mod tests {
     }
 
     #[test]
+    fn rows_of_one_distance_are_listed_by_index() {
+        // Runs of ties at the start, in the middle and at the end; single answers between.
+        let dists = [1.0f32, 1.0, 2.0, 3.0, 3.0, 3.0, 4.0, 5.0, 5.0];
+        let mut ids = [7u32, 2, 9, 8, 1, 5, 0, 6, 3];
+        order_ties_by_index(&mut ids, &dists);
+        assert_eq!(ids, [2, 7, 9, 1, 5, 8, 0, 3, 6]);
+        let mut none: [u32; 0] = [];
+        order_ties_by_index(&mut none, &[]);
+        let mut one = [4u32];
+        order_ties_by_index(&mut one, &[0.5]);
+        assert_eq!(one, [4]);
+    }
+
+    #[test]
     fn accepts_candidates_that_provably_contain_the_answer() {
         let corpus = line(10);
         let at = [0.0f32];
