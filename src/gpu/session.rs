@@ -1041,8 +1041,8 @@ impl TileRead {
             let at = |offset: u64, len: usize| &bytes[offset as usize..offset as usize + len];
             let flags_at = match (&b.certify, out.ranked.as_mut()) {
                 (Some(cb), Some(answers)) if ranked => {
-                    // Straight into the output's form, on every core: reported distances, rows
-                    // of one distance by index (`write_row`).
+                    // Straight into the output's form, on every core: the GPU reported the
+                    // distances; rows of one distance are listed by index here.
                     let k = cb.k;
                     let ids: &[u32] = bytemuck::cast_slice(at(0, rows * k * 4));
                     let distances: &[f32] = bytemuck::cast_slice(at(cb.distances_at, rows * k * 4));

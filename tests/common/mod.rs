@@ -358,8 +358,9 @@ pub fn same_shape_cases() -> Vec<Case> {
 
 /// A corpus of more than 8 MiB (uploaded in parts by several cores) searched by a few queries,
 /// and corpora whose rows fill whole 16384-column distance tiles, where the select checks its
-/// first pivot against a wider sample (`lower_first_pivot`): on a lattice, whose keys tie in
-/// long runs, for short and long lists.
+/// first pivot against a wider sample (`lower_first_pivot`) and finishes what it keeps by a
+/// histogram (`tail_select`): on a lattice, whose keys tie in long runs, for short and long
+/// lists (at k=700 the histogram's crowded bins go back to the select's passes).
 pub fn large_corpus_cases() -> Vec<Case> {
     let mut rng = StdRng::seed_from_u64(11);
     let ties = lattice(&mut rng, 20_000, 4, 3, 0.0);
