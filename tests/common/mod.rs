@@ -293,8 +293,9 @@ pub fn larger_cases() -> Vec<Case> {
 }
 
 /// Candidate lists longer than 1024 pairs, which the GPU ranks in sorted runs: three runs of
-/// a search; a cosine graph of nearly parallel vectors, whose certificates fail and send rows
-/// to a second round with every row a candidate; and k = n.
+/// a search; cosine graphs of nearly parallel vectors, whose certificates fail and send rows
+/// to a second round with every row a candidate, with more and with fewer than 1024 answers a
+/// row (those are gathered in workgroup memory before they are written); and k = n.
 pub fn long_list_cases() -> Vec<Case> {
     let mut rng = StdRng::seed_from_u64(23);
     vec![
@@ -310,6 +311,13 @@ pub fn long_list_cases() -> Vec<Case> {
             corpus: lattice(&mut rng, 2600, 3, 5, 1000.0),
             queries: None,
             k: 1700,
+            metric: Metric::Cosine,
+        },
+        Case {
+            name: "cosine: lattice graph n=2600 d=3 k=900 offset 1000".into(),
+            corpus: lattice(&mut rng, 2600, 3, 5, 1000.0),
+            queries: None,
+            k: 900,
             metric: Metric::Cosine,
         },
         Case {
