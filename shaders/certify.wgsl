@@ -53,7 +53,7 @@ override MAX_KC: u32 = 1024u;
 @group(0) @binding(8) var<storage, read_write> run_stats: array<vec2<u32>>;
 
 var<workgroup> valid_count: array<u32, WG>;
-// The row's k-th exact key, for `certify_runs`' decision.
+// The row's k-th exact key, for `certify_runs`' decision on lists of more than MAX_KC answers.
 var<workgroup> kth_key: f64;
 var<workgroup> largest: array<f32, WG>;
 // The row's exact keys and corpus rows; NONE marks padding and the query itself.
@@ -330,14 +330,12 @@ fn certify_runs(
             ranked_ids[row * params.k + r] = row_ids[r];
             ranked_distances[row * params.k + r] = reported(row_keys[r]);
         }
-        if (lid == 0u && valid >= params.k) {
-            kth_key = row_keys[params.k - 1u];
-        }
-        workgroupBarrier();
     }
     if (lid == 0u) {
         var kth = 0.0lf;
-        if (valid >= params.k) {
+        if (valid >= params.k && params.k <= MAX_KC) {
+            kth = row_keys[params.k - 1u];
+        } else if (valid >= params.k) {
             kth = kth_key;
         }
         status[row] = decide(row, params.kc, valid, row_state[row].x, top, kth);
