@@ -106,9 +106,9 @@ var<workgroup> samples: array<f32, WG>;
 var<workgroup> low_samples: array<f32, LOW_SAMPLES>;
 var<workgroup> below_low: array<atomic<u32>, LOW_SAMPLES>;
 var<workgroup> row_count: u32;
-// `tail_select`: the segment's least and largest key (order-preserving bits), a histogram of its values,
-// partial sums of BIN_GROUP bins, the bin that holds the need-th element with the count
-// below it, and that bin's elements.
+// `tail_select`: the segment's least and largest key (order-preserving bits), a histogram of
+// its values, partial sums of BIN_GROUP bins, the bin that holds the need-th element with the
+// count below it, and that bin's elements.
 var<workgroup> tail_low: atomic<u32>;
 var<workgroup> tail_high: atomic<u32>;
 var<workgroup> histogram: array<atomic<u32>, BINS>;
