@@ -101,6 +101,7 @@ var<workgroup> stack_top: u32;
 var<workgroup> stack_src: array<u32, 64>;
 var<workgroup> stack_start: array<u32, 64>;
 var<workgroup> stack_len: array<u32, 64>;
+// Pivot samples; in `tail_select`, the keys of the bin it ranks.
 var<workgroup> samples: array<f32, WG>;
 // The smallest of the pivot's samples, and how many of a larger sample fall below each.
 var<workgroup> low_samples: array<f32, LOW_SAMPLES>;
@@ -116,8 +117,11 @@ var<workgroup> bin_group_sums: array<u32, BINS / BIN_GROUP>;
 var<workgroup> tail_bin: u32;
 var<workgroup> tail_below: u32;
 var<workgroup> tail_in_bin: u32;
-var<workgroup> band_keys: array<f32, WG>;
 var<workgroup> band_ids: array<u32, WG>;
+// Length of the answer `tail_select` wrote straight into the output row after the stack's
+// segments (0: none; the stack holds the whole answer), and where it starts.
+var<workgroup> in_place_len: u32;
+var<workgroup> stacked_len: u32;
 // Elements appended to the left (a) and right (b) side in the current pass.
 var<workgroup> appended_a: atomic<u32>;
 var<workgroup> appended_b: atomic<u32>;
@@ -193,11 +197,7 @@ fn choose_pivot(lid: u32, row: u32, src: u32, start: u32, len: u32, need: u32) {
     workgroupBarrier();
     if (lid < n_samples) {
         let mine = samples[lid];
-        var rank = 0u;
-        for (var j = 0u; j < SAMPLES; j++) {
-            let s = samples[j];
-            rank += select(0u, 1u, s < mine || (s == mine && j < lid));
-        }
+        let rank = rank_in_samples(lid, SAMPLES);
         if (rank == target_rank) {
             pivot_bits = bitcast<u32>(mine);
         }
@@ -209,6 +209,17 @@ fn choose_pivot(lid: u32, row: u32, src: u32, start: u32, len: u32, need: u32) {
         seg_kind = kind;
     }
     workgroupBarrier();
+}
+
+// The rank of `samples[lid]` among the first `count` samples, ties ordered by position.
+fn rank_in_samples(lid: u32, count: u32) -> u32 {
+    let mine = samples[lid];
+    var rank = 0u;
+    for (var j = 0u; j < count; j++) {
+        let other = samples[j];
+        rank += select(0u, 1u, other < mine || (other == mine && j < lid));
+    }
+    return rank;
 }
 
 // The first FILTER over a dense row keeps everything under its pivot, which 64 samples place
@@ -331,13 +342,15 @@ fn from_ordered_bits(u: u32) -> f32 {
 
 // Finishes a FILTER segment of at most TAIL_LEN elements without further passes: a histogram
 // of BINS bins between its least and largest key finds the bin of the need-th element, the
-// elements below that bin are written to `dst`, and those in it (a few, on data without long
-// runs of ties) are ranked exactly in workgroup memory. Three reads of the segment (from L2:
+// elements below that bin are written to the answer, and those in it (a few, on data without
+// long runs of ties) are ranked exactly in workgroup memory. Three reads of the segment (from L2:
 // this workgroup has just written it) and no writes but the answer, where each FILTER or
 // SPLIT pass would read and write it and choose a pivot. The elements are read again rather
 // than held in a private array: one in registers cost the whole kernel occupancy, one in
-// local memory slowed the graphs' other kernels (notes/select.md). Returns true when done
-// (the answer is `dst` from `start`, `need` long); false when that bin holds more than WG
+// local memory slowed the graphs' other kernels (notes/select.md).
+// Returns true when done: the answer goes straight into the output row after the stack's
+// segments (`in_place_len`), or, where the output row still holds this merge's input, to
+// `dst` from `start` as a stack segment. Returns false when the bin holds more than WG
 // elements (ties, or a skewed bin): the segment state then describes that bin, written at
 // the right end of `dst`, for the usual passes.
 fn tail_select(lid: u32, row: u32, src: u32, start: u32, len: u32, need: u32, dst: u32) -> bool {
@@ -393,19 +406,37 @@ fn tail_select(lid: u32, row: u32, src: u32, start: u32, len: u32, need: u32, ds
         tail_in_bin = atomicLoad(&histogram[bin]);
         atomicStore(&appended_a, 0u);
         atomicStore(&appended_b, 0u);
+        // Once the input has been read, the output row is free: the answer written there
+        // needs no gather. The stack's segments go before it.
+        in_place_len = 0u;
+        if (tail_in_bin <= WG && (params.dense == 1u || src != SRC_INPUT)) {
+            in_place_len = need;
+        }
+        var stacked = 0u;
+        for (var s = 0u; s < stack_top; s++) {
+            stacked += stack_len[s];
+        }
+        stacked_len = stacked;
     }
     let bin = workgroupUniformLoad(&tail_bin);
     let below = workgroupUniformLoad(&tail_below);
     let in_bin = workgroupUniformLoad(&tail_in_bin);
+    let in_place = workgroupUniformLoad(&in_place_len) != 0u;
+    let answer_at = row * params.out_stride + params.out_offset + workgroupUniformLoad(&stacked_len);
     for (var i = lid; i < len; i += WG) {
         let e = load_pair(src, row, start + i);
         let b = min(u32(max((bitcast<f32>(e.x) - least) * scale, 0.0)), BINS - 1u);
         if (b < bin) {
-            store_pair(dst, row, start + atomicAdd(&appended_a, 1u), e);
+            let slot = atomicAdd(&appended_a, 1u);
+            if (in_place) {
+                out[answer_at + slot] = e;
+            } else {
+                store_pair(dst, row, start + slot, e);
+            }
         } else if (b == bin) {
             let slot = atomicAdd(&appended_b, 1u);
             if (in_bin <= WG) {
-                band_keys[slot] = bitcast<f32>(e.x);
+                samples[slot] = bitcast<f32>(e.x);
                 band_ids[slot] = e.y;
             } else {
                 store_pair(dst, row, start + len - 1u - slot, e);
@@ -431,20 +462,22 @@ fn tail_select(lid: u32, row: u32, src: u32, start: u32, len: u32, need: u32, ds
     }
     // The bin's elements ranked by (key, slot); the first need - below are wanted.
     if (lid < in_bin) {
-        let mine = band_keys[lid];
-        var rank = 0u;
-        for (var j = 0u; j < in_bin; j++) {
-            let other = band_keys[j];
-            rank += select(0u, 1u, other < mine || (other == mine && j < lid));
-        }
+        let rank = rank_in_samples(lid, in_bin);
         if (rank < need - below) {
-            store_pair(dst, row, start + below + rank, vec2<u32>(bitcast<u32>(mine), band_ids[lid]));
+            let e = vec2<u32>(bitcast<u32>(samples[lid]), band_ids[lid]);
+            if (in_place) {
+                out[answer_at + below + rank] = e;
+            } else {
+                store_pair(dst, row, start + below + rank, e);
+            }
         }
     }
     if (lid == 0u) {
         atomicStore(&appended_a, 0u);
         atomicStore(&appended_b, 0u);
-        push_segment(dst, start, need);
+        if (!in_place) {
+            push_segment(dst, start, need);
+        }
         seg_need = 0u;
     }
     storageBarrier();
@@ -538,6 +571,7 @@ fn select_row(lid: u32, wid: vec3<u32>) {
         stack_top = 0u;
         atomicStore(&appended_a, 0u);
         atomicStore(&appended_b, 0u);
+        in_place_len = 0u;
     }
     workgroupBarrier();
 
@@ -697,6 +731,7 @@ fn select_row(lid: u32, wid: vec3<u32>) {
         }
         written += len;
     }
+    written += workgroupUniformLoad(&in_place_len);
     // All reads of an input held in the output row are done before it is overwritten.
     storageBarrier();
     for (var i = written + lid; i < params.need; i += WG) {
