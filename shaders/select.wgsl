@@ -16,6 +16,9 @@
 //   below it and the segment shrinks to a few times `need` for the cost of one read.
 // - PARTITION (Komarov's two-sided pass, `<=` p left, > p right) when the filter found fewer
 //   than `need` elements <= p: the left part is kept and the search goes on to the right.
+// - BAND, when the first FILTER of a dense row found too few: the row is read again for the
+//   elements between p and a higher pivot, appended to those kept, so that the segment holds
+//   everything under the higher pivot (a PARTITION would write the whole row).
 // - THRESHOLD, first on a distance tile after the first: the running list's largest key is a
 //   bound, and only elements below it are written; usually almost none are.
 // - A segment that would take a FILTER and holds at most TAIL_LEN elements (usually what the
@@ -65,6 +68,7 @@ const FILTER: u32 = 0u;
 const PARTITION: u32 = 1u;
 const THRESHOLD: u32 = 2u;
 const SPLIT: u32 = 3u;
+const BAND: u32 = 4u;
 const SAMPLES: u32 = 64u;
 // The first pivot of a dense row is checked against 16 runs of 64 neighbouring keys.
 const LOW_SAMPLES: u32 = 8u;
@@ -97,6 +101,8 @@ var<workgroup> seg_len: u32;
 var<workgroup> seg_need: u32;
 var<workgroup> seg_kind: u32;
 var<workgroup> pivot_bits: u32;
+// The lower end of a BAND pass (its pivot is the upper end).
+var<workgroup> band_low_bits: u32;
 var<workgroup> stack_top: u32;
 var<workgroup> stack_src: array<u32, 64>;
 var<workgroup> stack_start: array<u32, 64>;
@@ -306,12 +312,16 @@ fn append_slots(a: bool, b: bool) -> vec2<u32> {
 }
 
 // Sends element `e` of the current segment (`start`, `len`) to its side for a pass of `kind`
-// around `pivot`: `a` elements packed from the left of the destination, `b` from the right.
-fn place(kind: u32, pivot: f32, e: vec2<u32>, valid: bool, dst: u32, row: u32, start: u32, len: u32) {
+// around `pivot` (a BAND pass: between `low` and `pivot`): `a` elements packed from the left
+// of the destination, `b` from the right.
+fn place(kind: u32, pivot: f32, low: f32, e: vec2<u32>, valid: bool, dst: u32, row: u32, start: u32, len: u32) {
     let v = bitcast<f32>(e.x);
     var a = v < pivot;
     var b = v == pivot;
-    if (kind == PARTITION) {
+    if (kind == BAND) {
+        a = a && v >= low;
+        b = false;
+    } else if (kind == PARTITION) {
         a = v <= pivot;
         b = v > pivot;
     } else if (kind == SPLIT) {
@@ -614,6 +624,10 @@ fn select_row(lid: u32, wid: vec3<u32>) {
             }
         }
         let pivot = bitcast<f32>(workgroupUniformLoad(&pivot_bits));
+        var low = pivot;
+        if (kind == BAND) {
+            low = bitcast<f32>(workgroupUniformLoad(&band_low_bits));
+        }
         let dst = select(SRC_A, SRC_B, src == SRC_A);
 
         if (src == SRC_INPUT && params.dense == 1u && start % 4u == 0u) {
@@ -626,10 +640,10 @@ fn select_row(lid: u32, wid: vec3<u32>) {
                 let i = base + 4u * lid;
                 if (i < len) {
                     let keys = dense_in[first + i / 4u];
-                    place(kind, pivot, vec2<u32>(bitcast<u32>(keys.x), col + i), true, dst, row, start, len);
-                    place(kind, pivot, vec2<u32>(bitcast<u32>(keys.y), col + i + 1u), i + 1u < len, dst, row, start, len);
-                    place(kind, pivot, vec2<u32>(bitcast<u32>(keys.z), col + i + 2u), i + 2u < len, dst, row, start, len);
-                    place(kind, pivot, vec2<u32>(bitcast<u32>(keys.w), col + i + 3u), i + 3u < len, dst, row, start, len);
+                    place(kind, pivot, low, vec2<u32>(bitcast<u32>(keys.x), col + i), true, dst, row, start, len);
+                    place(kind, pivot, low, vec2<u32>(bitcast<u32>(keys.y), col + i + 1u), i + 1u < len, dst, row, start, len);
+                    place(kind, pivot, low, vec2<u32>(bitcast<u32>(keys.z), col + i + 2u), i + 2u < len, dst, row, start, len);
+                    place(kind, pivot, low, vec2<u32>(bitcast<u32>(keys.w), col + i + 3u), i + 3u < len, dst, row, start, len);
                 }
             }
         } else {
@@ -640,7 +654,7 @@ fn select_row(lid: u32, wid: vec3<u32>) {
                 if (valid) {
                     e = load_pair(src, row, start + i);
                 }
-                place(kind, pivot, e, valid, dst, row, start, len);
+                place(kind, pivot, low, e, valid, dst, row, start, len);
             }
         }
         storageBarrier();
@@ -691,6 +705,17 @@ fn select_row(lid: u32, wid: vec3<u32>) {
                     seg_len = len - n_a;
                     seg_kind = FILTER;
                 }
+            } else if (kind == BAND) {
+                if (n_a >= need) {
+                    // What is under the band's pivot, the first FILTER's keys included.
+                    seg_src = dst;
+                    seg_len = n_a;
+                    seg_kind = FILTER;
+                } else {
+                    // Still too few: partition the row around the first pivot after all.
+                    pivot_bits = band_low_bits;
+                    seg_kind = PARTITION;
+                }
             } else if (n_a >= need) {
                 seg_src = dst;
                 seg_len = n_a;
@@ -701,6 +726,17 @@ fn select_row(lid: u32, wid: vec3<u32>) {
                 }
                 push_segment(dst, start + len - (need - n_a), need - n_a);
                 seg_need = 0u;
+            } else if (src == SRC_INPUT && params.dense == 1u && start == 0u && len >= 64u * WG
+                && low_samples[LOW_SAMPLES - 1u] > bitcast<f32>(pivot_bits)) {
+                // The first pivot of a dense row (lowered by `lower_first_pivot`) left fewer
+                // than `need` under it. A PARTITION would write the whole row, and that one
+                // row would finish long after the rest of its dispatch; instead read the row
+                // again for the keys between this pivot and the eighth pivot sample, after
+                // those already kept.
+                band_low_bits = pivot_bits;
+                pivot_bits = bitcast<u32>(low_samples[LOW_SAMPLES - 1u]);
+                seg_kind = BAND;
+                atomicStore(&appended_a, n_a);
             } else {
                 // Too few at or below the pivot: split the segment around it, both sides.
                 seg_kind = PARTITION;

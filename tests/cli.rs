@@ -516,6 +516,21 @@ fn bench_select_runs_on_the_gpu_and_checks_itself() {
     fails(&["bench", "--what", "select", "--rows", "4", "--cols", "10", "-k", "3", "--backend", "cpu"], 1, &["GPU"]);
 }
 
+/// Rows as long as a distance tile's take the select's whole first-pass machinery (the pivot
+/// lowered by a wider sample, the histogram tail, and, on this seeded data, a row whose first
+/// pivot leaves too few keys under it and takes the BAND retry); the bench checks every row
+/// against a selection on the host.
+#[test]
+fn bench_select_checks_every_row_of_long_rows() {
+    for select in [&[][..], &["--no-subgroups"][..]] {
+        let mut args =
+            vec!["bench", "--what", "select", "--rows", "256", "--cols", "65536", "-k", "2048", "--backend", "gpu"];
+        args.extend_from_slice(select);
+        let out = knng(&args);
+        assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    }
+}
+
 /// The distance-only benchmark runs the GPU kernel and checks a row of its keys against
 /// float64 before reporting TFLOP/s.
 #[test]
