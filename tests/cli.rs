@@ -497,18 +497,28 @@ fn info_lists_the_choice() {
     assert!(text(&out.stdout).contains("--backend auto uses"), "{}", text(&out.stdout));
 }
 
+/// `knng bench --what select` of `rows` x `cols` keys with both selects (subgroup and
+/// workgroup), plus `extra` flags: each run's standard output, after asserting it succeeded.
+fn bench_select_both_ways(rows: &str, cols: &str, k: &str, extra: &[&str]) -> Vec<String> {
+    [&[][..], &["--no-subgroups"][..]]
+        .into_iter()
+        .map(|select| {
+            let mut args =
+                vec!["bench", "--what", "select", "--rows", rows, "--cols", cols, "-k", k, "--backend", "gpu"];
+            args.extend_from_slice(select);
+            args.extend_from_slice(extra);
+            let out = knng(&args);
+            assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+            text(&out.stdout)
+        })
+        .collect()
+}
+
 /// The select-only benchmark runs the GPU kernel (lavapipe in CI; a test without a GPU
 /// adapter fails) and checks its own answer before reporting a time.
 #[test]
 fn bench_select_runs_on_the_gpu_and_checks_itself() {
-    for select in [&[][..], &["--no-subgroups"][..]] {
-        let mut args =
-            vec!["bench", "--what", "select", "--rows", "40", "--cols", "3000", "-k", "100", "--backend", "gpu"];
-        args.extend_from_slice(select);
-        args.extend_from_slice(&["--json", "--profile"]);
-        let out = knng(&args);
-        let said = text(&out.stdout);
-        assert!(out.status.success(), "{said}{}", text(&out.stderr));
+    for said in bench_select_both_ways("40", "3000", "100", &["--json", "--profile"]) {
         for key in ["\"what\":\"select\"", "\"rows\":40", "\"cols\":3000", "\"k\":100", "\"backend\":\"gpu"] {
             assert!(said.contains(key), "{key} not in {said}");
         }
@@ -518,17 +528,11 @@ fn bench_select_runs_on_the_gpu_and_checks_itself() {
 
 /// Rows as long as a distance tile's take the select's whole first-pass machinery (the pivot
 /// lowered by a wider sample, the histogram tail, and, on this seeded data, a row whose first
-/// pivot leaves too few keys under it and takes the BAND retry); the bench checks every row
-/// against a selection on the host.
+/// pivot leaves too few keys under it and takes the BAND pass); the bench checks every row
+/// against a selection on the host and fails otherwise.
 #[test]
 fn bench_select_checks_every_row_of_long_rows() {
-    for select in [&[][..], &["--no-subgroups"][..]] {
-        let mut args =
-            vec!["bench", "--what", "select", "--rows", "256", "--cols", "65536", "-k", "2048", "--backend", "gpu"];
-        args.extend_from_slice(select);
-        let out = knng(&args);
-        assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
-    }
+    bench_select_both_ways("256", "65536", "2048", &[]);
 }
 
 /// The distance-only benchmark runs the GPU kernel and checks a row of its keys against
