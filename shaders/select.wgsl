@@ -228,6 +228,12 @@ fn rank_in_samples(lid: u32, count: u32) -> u32 {
     return rank;
 }
 
+// Whether a pass over this segment is the first over a dense row long enough (64 keys an
+// invocation) for `lower_first_pivot`, whose samples a BAND pass after it also uses.
+fn first_dense_pass(src: u32, start: u32, len: u32) -> bool {
+    return src == SRC_INPUT && params.dense == 1u && start == 0u && len >= 64u * WG;
+}
+
 // The first FILTER over a dense row keeps everything under its pivot, which 64 samples place
 // well above the need/len quantile (at 2048 of 65536 keys, about 10% of the row is kept for
 // 3% wanted). A wider sample, 16 runs of 64 neighbouring keys read as one vec4 per
@@ -619,7 +625,7 @@ fn select_row(lid: u32, wid: vec3<u32>) {
         if (kind == FILTER) {
             choose_pivot(lid, row, src, start, len, need);
             kind = workgroupUniformLoad(&seg_kind);
-            if (kind == FILTER && src == SRC_INPUT && params.dense == 1u && start == 0u && len >= 64u * WG) {
+            if (kind == FILTER && first_dense_pass(src, start, len)) {
                 lower_first_pivot(lid, row, len, need);
             }
         }
@@ -726,8 +732,7 @@ fn select_row(lid: u32, wid: vec3<u32>) {
                 }
                 push_segment(dst, start + len - (need - n_a), need - n_a);
                 seg_need = 0u;
-            } else if (src == SRC_INPUT && params.dense == 1u && start == 0u && len >= 64u * WG
-                && low_samples[LOW_SAMPLES - 1u] > bitcast<f32>(pivot_bits)) {
+            } else if (first_dense_pass(src, start, len) && low_samples[LOW_SAMPLES - 1u] > bitcast<f32>(pivot_bits)) {
                 // The first pivot of a dense row (lowered by `lower_first_pivot`) left fewer
                 // than `need` under it. A PARTITION would write the whole row, and that one
                 // row would finish long after the rest of its dispatch; instead read the row
