@@ -14,6 +14,10 @@ use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, TilePlan};
 use crate::refine::{found, order_ties_by_index, BackendRanked, Candidates, Certify, NONE};
 
+/// Query tiles a round may be cut into so that it runs in the buffers already allocated
+/// (`TileBuffers::new`); below this it allocates its own.
+const MIN_REUSED_QUERY_ROWS: usize = 256;
+
 /// Share of a symmetric graph's progress reports given to the sweep, before any row is final.
 const SWEEP_SHARE: f64 = 0.9;
 
@@ -186,6 +190,15 @@ pub(super) struct TileKey {
 }
 
 impl TileKey {
+    /// Rows of the per-row state: the query tile's, or every corpus row's in a symmetric sweep.
+    fn state_rows(&self) -> usize {
+        if self.tiles.symmetric {
+            self.corpus.0
+        } else {
+            self.tiles.query_rows
+        }
+    }
+
     /// Whether a symmetric sweep computes each mutual pair's exact key once (`mutual` in
     /// refine.wgsl): where every row's lists stay on the GPU, are ranked there, fit one sort
     /// (`MAX_CERTIFY_KC`), and are long enough for the exact keys to dominate (`WIDE_ROWS`).
@@ -248,87 +261,229 @@ pub(super) struct TileBuffers {
     shared_keys: bool,
     /// Ranked answers, when rows are certified on the GPU.
     certify: Option<CertifyBuffers>,
+    /// What each buffer holds (for a set reused by a later key, the sizes it was made with).
+    sizes: TileSizes,
 }
 
-impl TileBuffers {
-    fn new(gpu: &GpuEngine, d: usize, key: TileKey) -> Result<Self> {
-        let TileKey { tiles, kc, column_tiles, gpu_exact, certify_k, .. } = key;
+/// Bytes of each buffer of a set of tile buffers, from its key (`TileBuffers::new`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct TileSizes {
+    raw_queries: u64,
+    query_vectors: u64,
+    query_norms: u64,
+    row_state: u64,
+    failed: u64,
+    dist: u64,
+    /// Each of the two auxiliary arrays.
+    aux: u64,
+    candidates: u64,
+    shortlist_len: u64,
+    shortlist: u64,
+    uniform: u64,
+    /// Each read-back buffer, and how many there are.
+    staging: u64,
+    read_backs: usize,
+    exact: Option<u64>,
+    certify: Option<CertifySizes>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct CertifySizes {
+    error_bounds: u64,
+    /// Each of the ranked rows and distances.
+    answers: u64,
+    status: u64,
+    run_stats: u64,
+    /// Answers written straight into the read-back buffers (`CertifyBuffers::direct`), which
+    /// are then bound as storage too.
+    direct: bool,
+}
+
+impl TileSizes {
+    fn of(gpu: &GpuEngine, d: usize, key: &TileKey) -> Self {
+        let TileKey { tiles, kc, column_tiles, gpu_exact, certify_k, .. } = *key;
         let q = tiles.query_rows;
-        // Rows of the per-row state: the tile's, or every corpus row's in a symmetric sweep.
-        let state_rows = if tiles.symmetric { key.corpus.0 } else { q };
+        let state_rows = key.state_rows();
         // Parameter slots per distance tile: distance, select, merge, and the merges of the
         // column rows' shortlists (a query tile's rows at a time).
         let slots_per_tile = 3 + if tiles.symmetric { tiles.column_tile.div_ceil(q) } else { 0 };
-        let storage = wgpu::BufferUsages::STORAGE;
-        let copy = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
-        let certify = match certify_k {
-            Some(k) => {
-                // Bound as storage where written in place: offsets of whole 256-byte blocks.
-                // Longer answers are written by rank, scattered, which host memory takes
-                // badly (k=2048 at n=65536: 134 -> 408 ms on an H100).
-                let direct = gpu.ctx.mappable_storage && k <= MAX_CERTIFY_KC;
-                let distances_at = (q * k * 4).next_multiple_of(256) as u64;
-                let status_at = distances_at + (q * k * 4).next_multiple_of(256) as u64;
-                // Written in place, the device's copies of the answers are never used; the
-                // ranking kernels' layout still binds something there.
-                let answers = |bytes: usize| if direct { 256 } else { bytes as u64 };
-                Some(CertifyBuffers {
-                    k,
-                    error_bounds: gpu.buffer("error bounds", (q * 8) as u64, storage | copy)?,
-                    ids: gpu.buffer("ranked rows", answers(q * k * 4), storage | copy)?,
-                    distances: gpu.buffer("ranked distances", answers(q * k * 4), storage | copy)?,
-                    status: gpu.buffer("certificates", answers(q * 4), storage | copy)?,
-                    run_stats: gpu.buffer("run statistics", (q * kc.div_ceil(MAX_CERTIFY_KC) * 8) as u64, storage)?,
-                    direct,
-                    distances_at,
-                    status_at,
-                    flags_at: status_at + (q * 4) as u64,
-                })
+        let certify = certify_k.map(|k| {
+            // Longer answers are written by rank, scattered, which host memory takes badly
+            // (k=2048 at n=65536: 134 -> 408 ms on an H100).
+            let direct = gpu.ctx.mappable_storage && k <= MAX_CERTIFY_KC;
+            // Written in place, the device's copies of the answers are never used; the
+            // ranking kernels' layout still binds something there.
+            let answers = |bytes: usize| if direct { 256 } else { bytes as u64 };
+            CertifySizes {
+                error_bounds: (q * 8) as u64,
+                answers: answers(q * k * 4),
+                status: answers(q * 4),
+                run_stats: (q * kc.div_ceil(MAX_CERTIFY_KC) * 8) as u64,
+                direct,
             }
-            None => None,
-        };
+        });
         let candidate_staging =
             (q * kc * 8 + q * 4).next_multiple_of(8) as u64 + if gpu_exact { (q * kc * 8) as u64 } else { 0 };
-        let staging_bytes = candidate_staging.max(certify.as_ref().map_or(0, |c| c.flags_at + (q * 4) as u64));
+        let certify_staging = certify_k.map_or(0, |k| CertifyLayout::new(q, k).flags_at + (q * 4) as u64);
+        // Shared keys are read across tiles: every row's are kept.
+        let key_rows = if key.shares_mutual_keys() { state_rows } else { q };
+        TileSizes {
+            raw_queries: (q * d * 4) as u64,
+            query_vectors: (q * d.div_ceil(4) * 16) as u64,
+            query_norms: (q * 4) as u64,
+            row_state: (state_rows * 8) as u64,
+            failed: (state_rows * 4) as u64,
+            dist: (q * tiles.dist_stride * 4) as u64,
+            aux: (q * tiles.scratch_stride * 8) as u64,
+            candidates: ((state_rows + q) * kc * 8) as u64,
+            shortlist_len: (state_rows * 4) as u64,
+            shortlist: (state_rows * tiles.shortlist_cap * 8).max(8) as u64,
+            uniform: (1 + (slots_per_tile * column_tiles) as u64) * PARAM_SLOT,
+            staging: candidate_staging.max(certify_staging),
+            read_backs: tiles.read_backs,
+            exact: gpu_exact.then_some((key_rows * kc * 8) as u64),
+            certify,
+        }
+    }
+
+    /// Whether buffers of these sizes can serve a set of `want`'s: each at least as large
+    /// and used the same way, and at least as many read-back buffers.
+    fn hold(&self, want: &TileSizes) -> bool {
+        let certify = match (&self.certify, &want.certify) {
+            (Some(c), Some(w)) => {
+                c.direct == w.direct
+                    && c.error_bounds >= w.error_bounds
+                    && c.answers >= w.answers
+                    && c.status >= w.status
+                    && c.run_stats >= w.run_stats
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        let exact = match (self.exact, want.exact) {
+            (Some(c), Some(w)) => c >= w,
+            (None, None) => true,
+            _ => false,
+        };
+        let sizes = [
+            (self.raw_queries, want.raw_queries),
+            (self.query_vectors, want.query_vectors),
+            (self.query_norms, want.query_norms),
+            (self.row_state, want.row_state),
+            (self.failed, want.failed),
+            (self.dist, want.dist),
+            (self.aux, want.aux),
+            (self.candidates, want.candidates),
+            (self.shortlist_len, want.shortlist_len),
+            (self.shortlist, want.shortlist),
+            (self.uniform, want.uniform),
+            (self.staging, want.staging),
+        ];
+        certify && exact && self.read_backs >= want.read_backs && sizes.iter().all(|(have, need)| have >= need)
+    }
+}
+
+/// Where the ranked answers of a query tile of `q` rows go in its read-back buffer.
+struct CertifyLayout {
+    distances_at: u64,
+    status_at: u64,
+    flags_at: u64,
+}
+
+impl CertifyLayout {
+    fn new(q: usize, k: usize) -> Self {
+        // Bound as storage where written in place: offsets of whole 256-byte blocks.
+        let distances_at = (q * k * 4).next_multiple_of(256) as u64;
+        let status_at = distances_at + (q * k * 4).next_multiple_of(256) as u64;
+        CertifyLayout { distances_at, status_at, flags_at: status_at + (q * 4) as u64 }
+    }
+}
+
+impl TileBuffers {
+    /// The buffers for `key`: those of `earlier` where it holds them all (a later round of
+    /// fewer rows then runs in the memory of the first instead of freeing it and allocating
+    /// more), else new ones.
+    fn new(gpu: &GpuEngine, d: usize, key: TileKey, earlier: Option<&TileBuffers>) -> Result<Self> {
+        let TileKey { tiles, kc, certify_k, .. } = key;
+        let q = tiles.query_rows;
+        let want = TileSizes::of(gpu, d, &key);
+        let earlier = earlier.filter(|e| e.sizes.hold(&want));
+        // A reused set keeps the sizes it was made with, for the next comparison.
+        let sizes = earlier.map_or(want, |e| e.sizes);
+        let buffer = |old: Option<&wgpu::Buffer>, label: &str, size: u64, usage: wgpu::BufferUsages| match old {
+            Some(b) => Ok(b.clone()),
+            None => gpu.buffer(label, size, usage),
+        };
+        let storage = wgpu::BufferUsages::STORAGE;
+        let copy = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        let certify = match (certify_k, want.certify) {
+            (Some(k), Some(c)) => {
+                let old = earlier.and_then(|e| e.certify.as_ref());
+                let CertifyLayout { distances_at, status_at, flags_at } = CertifyLayout::new(q, k);
+                Some(CertifyBuffers {
+                    k,
+                    error_bounds: buffer(old.map(|o| &o.error_bounds), "error bounds", c.error_bounds, storage | copy)?,
+                    ids: buffer(old.map(|o| &o.ids), "ranked rows", c.answers, storage | copy)?,
+                    distances: buffer(old.map(|o| &o.distances), "ranked distances", c.answers, storage | copy)?,
+                    status: buffer(old.map(|o| &o.status), "certificates", c.status, storage | copy)?,
+                    run_stats: buffer(old.map(|o| &o.run_stats), "run statistics", c.run_stats, storage)?,
+                    direct: c.direct,
+                    distances_at,
+                    status_at,
+                    flags_at,
+                })
+            }
+            _ => None,
+        };
         let mut read_back_usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
-        if certify.as_ref().is_some_and(|c| c.direct) {
+        if want.certify.is_some_and(|c| c.direct) {
             read_back_usage |= storage;
         }
-        let read_back = || gpu.buffer("read-back", staging_bytes, read_back_usage);
+        // Every read-back buffer of a reused set is kept: a second one lets the host copy out
+        // one tile while the next runs.
+        let staging = match earlier {
+            Some(e) => e.staging.clone(),
+            None => (0..want.read_backs)
+                .map(|_| gpu.buffer("read-back", want.staging, read_back_usage))
+                .collect::<Result<_>>()?,
+        };
+        let old = |field: fn(&TileBuffers) -> &wgpu::Buffer| earlier.map(field);
         Ok(TileBuffers {
             certify,
-            raw_queries: gpu.buffer("queries", (q * d * 4) as u64, storage | copy)?,
+            raw_queries: buffer(old(|e| &e.raw_queries), "queries", want.raw_queries, storage | copy)?,
             queries: PreparedRows {
                 first: 0,
                 rows: q,
-                vectors: gpu.buffer("query rows", (q * d.div_ceil(4) * 16) as u64, storage | copy)?,
-                norms: gpu.buffer("query norms", (q * 4) as u64, storage | copy)?,
+                vectors: buffer(old(|e| &e.queries.vectors), "query rows", want.query_vectors, storage | copy)?,
+                norms: buffer(old(|e| &e.queries.norms), "query norms", want.query_norms, storage | copy)?,
             },
-            row_state: gpu.buffer("row state", (state_rows * 8) as u64, storage | copy)?,
-            failed: gpu.buffer("failed", (state_rows * 4) as u64, storage | copy)?,
-            dist: gpu.buffer("distances", (q * tiles.dist_stride * 4) as u64, storage)?,
-            aux_a: gpu.buffer("aux a", (q * tiles.scratch_stride * 8) as u64, storage)?,
-            aux_b: gpu.buffer("aux b", (q * tiles.scratch_stride * 8) as u64, storage)?,
-            candidates: gpu.buffer("candidates", ((state_rows + q) * kc * 8) as u64, storage | copy)?,
-            shortlist_len: gpu.buffer("shortlist lengths", (state_rows * 4) as u64, storage | copy)?,
-            shortlist: gpu.buffer("shortlists", (state_rows * tiles.shortlist_cap * 8).max(8) as u64, storage)?,
-            state_rows,
-            uniform: gpu.buffer(
+            row_state: buffer(old(|e| &e.row_state), "row state", want.row_state, storage | copy)?,
+            failed: buffer(old(|e| &e.failed), "failed", want.failed, storage | copy)?,
+            dist: buffer(old(|e| &e.dist), "distances", want.dist, storage)?,
+            aux_a: buffer(old(|e| &e.aux_a), "aux a", want.aux, storage)?,
+            aux_b: buffer(old(|e| &e.aux_b), "aux b", want.aux, storage)?,
+            candidates: buffer(old(|e| &e.candidates), "candidates", want.candidates, storage | copy)?,
+            shortlist_len: buffer(old(|e| &e.shortlist_len), "shortlist lengths", want.shortlist_len, storage | copy)?,
+            shortlist: buffer(old(|e| &e.shortlist), "shortlists", want.shortlist, storage)?,
+            state_rows: key.state_rows(),
+            uniform: buffer(
+                old(|e| &e.uniform),
                 "params",
-                (1 + (slots_per_tile * column_tiles) as u64) * PARAM_SLOT,
+                want.uniform,
                 wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             )?,
-            staging: (0..tiles.read_backs).map(|_| read_back()).collect::<Result<_>>()?,
+            staging,
             flags_at: (q * kc * 8) as u64,
-            exact: if gpu_exact {
-                // Shared keys are read across tiles: every row's are kept.
-                let key_rows = if key.shares_mutual_keys() { state_rows } else { q };
-                let keys = gpu.buffer("exact keys", (key_rows * kc * 8) as u64, storage | copy)?;
-                Some((keys, (q * kc * 8 + q * 4).next_multiple_of(8) as u64))
-            } else {
-                None
+            exact: match want.exact {
+                Some(bytes) => {
+                    let old = earlier.and_then(|e| e.exact.as_ref()).map(|(b, _)| b);
+                    let keys = buffer(old, "exact keys", bytes, storage | copy)?;
+                    Some((keys, (q * kc * 8 + q * 4).next_multiple_of(8) as u64))
+                }
+                None => None,
             },
             shared_keys: key.shares_mutual_keys(),
+            sizes,
         })
     }
 }
@@ -432,31 +587,73 @@ impl CorpusSession<'_> {
         let symmetric = (from_corpus && gpu.symmetric_graphs != Some(false))
             .then(|| plan::plan_symmetric(nq, d, kc, self.plan, gpu.tile_caps, gpu.budget(), forced))
             .flatten();
+        let plan_with =
+            |caps: plan::TileCaps| plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), caps, gpu.budget());
         let tiles = match symmetric {
             Some(tiles) => tiles,
-            None => plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), gpu.tile_caps, gpu.budget())?,
-        };
-        let q = tiles.query_rows;
-        let column_tiles = if self.plan.resident {
-            self.resident.iter().map(|c| c.rows.div_ceil(tiles.column_tile)).sum::<usize>()
-        } else {
-            self.plan.chunk_rows.div_ceil(tiles.column_tile)
+            None => plan_with(gpu.tile_caps)?,
         };
         let gpu_exact = self.raw_corpus.is_some();
         let started = std::time::Instant::now();
         // Ranking on the GPU needs its exact keys.
         let certify = certify.filter(|_| gpu_exact && gpu.certify.is_some());
         let certify_k = certify.map(|c| c.k);
-        let key = TileKey { corpus: (self.corpus.rows(), d), tiles, kc, column_tiles, gpu_exact, certify_k };
-        let mut cached = gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if cached.as_ref().is_some_and(|(k, _)| *k != key) {
-            // Freed before the new set is allocated.
-            cached = None;
-        }
-        let buffers = match cached {
-            Some((_, buffers)) => buffers,
-            None => TileBuffers::new(gpu, d, key)?,
+        let key_of = |tiles: TilePlan| {
+            let column_tiles = if self.plan.resident {
+                self.resident.iter().map(|c| c.rows.div_ceil(tiles.column_tile)).sum::<usize>()
+            } else {
+                self.plan.chunk_rows.div_ceil(tiles.column_tile)
+            };
+            TileKey { corpus: (self.corpus.rows(), d), tiles, kc, column_tiles, gpu_exact, certify_k }
         };
+        let mut key = key_of(tiles);
+        let mut reused = true;
+        let cached = gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let buffers = match cached {
+            Some((cached_key, buffers)) if cached_key == key => buffers,
+            Some((_, earlier)) => {
+                // A later round has fewer rows and longer lists: in query tiles small enough,
+                // it runs in the buffers of the round before. Allocating (and first touching)
+                // new ones took 100-200 ms on an H100 where the round itself took 1 ms, and the
+                // next call of the first round's shape paid as much again.
+                let mut query_rows = tiles.query_rows;
+                let fewest = query_rows.min(MIN_REUSED_QUERY_ROWS);
+                let mut within = None;
+                while !tiles.symmetric && query_rows >= fewest {
+                    let Ok(capped) = plan_with(plan::TileCaps { query: query_rows, ..gpu.tile_caps }) else {
+                        break;
+                    };
+                    let candidate = key_of(capped);
+                    if earlier.sizes.hold(&TileSizes::of(gpu, d, &candidate)) {
+                        within = Some(candidate);
+                        break;
+                    }
+                    query_rows /= 2;
+                }
+                match within {
+                    Some(within) => {
+                        key = within;
+                        TileBuffers::new(gpu, d, key, Some(&earlier))?
+                    }
+                    None => {
+                        // Freed before the new set is allocated.
+                        drop(earlier);
+                        reused = false;
+                        TileBuffers::new(gpu, d, key, None)?
+                    }
+                }
+            }
+            None => {
+                reused = false;
+                TileBuffers::new(gpu, d, key, None)?
+            }
+        };
+        crate::trace::mark(|| {
+            let how = if reused { "reused" } else { "allocated" };
+            format!("tile buffers {how}: query tiles of {} rows, {kc} candidates", key.tiles.query_rows)
+        });
+        let tiles = key.tiles;
+        let q = tiles.query_rows;
         // Ranked rows need only k answers each on the host. Every query tile overwrites its
         // rows of these arrays: zeroed pages cost nothing until then (at k=4096, 5 GB written
         // with sentinels on one core took 1.4 s).
