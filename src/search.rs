@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use crate::cpu::CpuEngine;
 use crate::data::{Matrix, MatrixRef, Neighbors};
 use crate::error::{Error, Result};
-use crate::gpu::{GpuEngine, GpuTimes};
+use crate::gpu::{GpuEngine, GpuTimes, MAX_CERTIFY_KC};
 use crate::metric::Metric;
 use crate::prepare::{self, RowStats};
 use crate::refine::{self, write_row, Candidates, Certify, Query, NONE};
@@ -478,9 +478,19 @@ fn retry_smaller<T>(gpu: &GpuEngine, mut f: impl FnMut() -> Result<T>) -> Result
 }
 
 /// Candidates per query for the first round: a margin above k so that the certificate
-/// usually holds, small enough that re-ranking stays cheap.
+/// usually holds, small enough that re-ranking stays cheap. A list that would just pass a
+/// multiple of the GPU ranking's run (`MAX_CERTIFY_KC`, 1024 candidates sorted by one
+/// workgroup) stops at it where that still leaves 16 candidates of margin: k=1000 then ranks
+/// one run of 1024 instead of two runs and their merge for 1250. Rows the smaller margin
+/// leaves unproven (near-ties at the k-th key) take a second round in the first's buffers.
 fn initial_candidates(k: usize) -> usize {
-    k + (k / 4).max(16)
+    let kc = k + (k / 4).max(16);
+    let whole_runs = kc / MAX_CERTIFY_KC * MAX_CERTIFY_KC;
+    if whole_runs >= k + 16 {
+        whole_runs
+    } else {
+        kc
+    }
 }
 
 fn check_k(k: usize, max: usize, what: &str) -> Result<()> {
@@ -509,4 +519,26 @@ pub fn search(corpus: MatrixRef<'_>, queries: MatrixRef<'_>, k: usize, metric: M
 /// [`Knn::graph`] with default options (the best available backend).
 pub fn graph(data: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
     Knn::new(Options::default())?.graph(data, k, metric)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_round_lists_keep_a_margin_and_stop_at_whole_ranking_runs() {
+        for k in 1..=9000 {
+            let kc = initial_candidates(k);
+            assert!(kc >= k + 16, "k={k}: {kc} candidates leave less than 16 of margin");
+            assert!(kc <= k + (k / 4).max(16), "k={k}: {kc} candidates, more than the usual margin");
+        }
+        assert_eq!(initial_candidates(10), 26);
+        assert_eq!(initial_candidates(512), 640);
+        // Two runs of the ranking's sort and their merge for 1250; one run for 1024.
+        assert_eq!(initial_candidates(1000), 1024);
+        assert_eq!(initial_candidates(1008), 1024);
+        assert_eq!(initial_candidates(1009), 1261);
+        assert_eq!(initial_candidates(2048), 2560);
+        assert_eq!(initial_candidates(4000), 4096);
+    }
 }

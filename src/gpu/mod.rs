@@ -147,7 +147,7 @@ const WIDE_MERGE_KC: usize = 512;
 /// 2048-wide sort, and the smaller workgroup memory keeps more rows resident. H100, ranking
 /// ms at 2048 -> 1024: n=65536 k=1000 23 -> 10, k=256 7 -> 3, k=2048 42 -> 23, n=262144 k=10
 /// 13 -> 5 (`notes/exactness.md`).
-const MAX_CERTIFY_KC: usize = 1024;
+pub(crate) const MAX_CERTIFY_KC: usize = 1024;
 const _: () = assert!(MAX_CERTIFY_KC.is_power_of_two());
 
 /// The entry points of certify.wgsl (one layout).
