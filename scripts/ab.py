@@ -7,8 +7,9 @@ one command, so each mode runs every build in turn, round after round:
 
     python3 scripts/ab.py select OLD,NEW [--rounds 3] [--k 64,512,2048]
         the select kernel alone on 8192 x 65536 keys, with torch.topk beside it
-    python3 scripts/ab.py graph OLD,NEW --case 65536,128,1000 --case 16384,4096,512 [--rounds 2]
-        whole graphs (knng's time, best of two runs of one engine, not profiled)
+    python3 scripts/ab.py graph OLD,NEW --case 65536,128,1000 --case 16384,4096,512 [--rounds 2] [--phases]
+        whole graphs (knng's time, best of two runs of one engine, not profiled; the candidate
+        rounds; with --phases each kernel's GPU time from a second, profiled run)
     python3 scripts/ab.py compare OLD NEW
         `knng graph` outputs of the two builds compared bit for bit (a change meant to keep
         answers identical must show 0 differences), euclidean, cosine and inner product
@@ -46,16 +47,24 @@ def select(builds, rounds, ks):
                       f"span {prof['span_s'] * 1e3:.2f} ms; torch.topk {peer:.2f} ms", flush=True)
 
 
-def graph(builds, rounds, cases):
+def graph(builds, rounds, cases, phases):
     for _ in range(rounds):
         for case in cases:
             n, d, k, *extra = case.split(",")
             for build in builds:
-                r, err = bench_json(build, "--n", n, "--d", d, "-k", k, "--repeat", 2, "-q", *extra)
+                shape = ["--n", n, "--d", d, "-k", k, "-q", *extra]
+                r, err = bench_json(build, *shape, "--repeat", 2)
                 if r is None:
                     print(f"{build} {case}: failed: {err}", flush=True)
                     continue
-                print(f"{build} n={n} d={d} k={k} {' '.join(extra)}: {r['seconds'] * 1e3:.1f} ms", flush=True)
+                line = (f"{build} n={n} d={d} k={k} {' '.join(extra)}: {r['seconds'] * 1e3:.1f} ms, "
+                        f"{r['rounds']} round(s), {r['rows_widened']} rows widened")
+                if phases:
+                    prof, _ = bench_json(build, *shape, "--repeat", 1, "--profile")
+                    gpu = (prof or {}).get("gpu") or {}
+                    line += "; GPU ms: " + " ".join(f"{key[:-2]} {v * 1e3:.1f}" for key, v in gpu.items()
+                                                  if key.endswith("_s") and key != "submitted_s")
+                print(line, flush=True)
 
 
 def compare(old, new):
@@ -87,6 +96,7 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--k", default="64,512,2048", help="select: the values of k")
     p.add_argument("--case", action="append", default=[], help="graph: n,d,k[,extra flag,...]")
+    p.add_argument("--phases", action="store_true", help="graph: also each build's GPU phases (a profiled run)")
     a = p.parse_args()
     setup()
     if a.mode == "compare":
@@ -98,7 +108,7 @@ def main():
     else:
         if not a.case:
             sys.exit("graph needs at least one --case n,d,k")
-        graph(a.builds[0].split(","), a.rounds, a.case)
+        graph(a.builds[0].split(","), a.rounds, a.case, a.phases)
 
 
 if __name__ == "__main__":
