@@ -167,39 +167,80 @@ fn load_and_sort(lid: u32, base: u32, len: u32, own: u32) -> vec2<u32> {
     return summary;
 }
 
-// The pairs a bitonic sort of `len` pairs works on: `len` rounded up to a power of two,
-// the rest padding.
+// The pairs a bitonic sort of `len` pairs works on: `len` rounded up to a power of two, at
+// least 4 (`sort_pairs` takes four at a time), the rest padding.
 fn bitonic_length(len: u32) -> u32 {
-    var sorted = 1u;
+    var sorted = 4u;
     while (sorted < len) {
         sorted *= 2u;
     }
     return sorted;
 }
 
-// Bitonic sort of the first `sorted` (a power of two) pairs of `row_keys` and `row_ids`, by
-// (key, index) or, without `by_key`, by index alone (the keys travel along).
+// Bitonic sort of the first `sorted` (a power of two, at least 4) pairs of `row_keys` and
+// `row_ids`, by (key, index) or, without `by_key`, by index alone (the keys travel along).
+// Each trip through workgroup memory runs two of the network's stages, strides 2h and h, on
+// four slots per invocation held in registers: half the barriers and half the workgroup
+// memory traffic of a stage per trip (notes/exactness.md).
 fn sort_pairs(lid: u32, sorted: u32, by_key: bool) {
     for (var size = 2u; size <= sorted; size *= 2u) {
-        for (var stride = size / 2u; stride > 0u; stride /= 2u) {
-            for (var t = lid; t < sorted / 2u; t += WG) {
-                let lo = (t / stride) * 2u * stride + t % stride;
-                let hi = lo + stride;
-                let a_key = row_keys[lo];
-                let a_id = row_ids[lo];
-                let b_key = row_keys[hi];
-                let b_id = row_ids[hi];
-                let ascending = (lo & size) == 0u;
-                let b_first = select(before(0.0lf, b_id, 0.0lf, a_id), before(b_key, b_id, a_key, a_id), by_key);
-                if (b_first == ascending) {
-                    row_keys[lo] = b_key;
-                    row_ids[lo] = b_id;
-                    row_keys[hi] = a_key;
-                    row_ids[hi] = a_id;
+        var stride = size / 2u;
+        loop {
+            let h = max(stride / 2u, 1u);
+            for (var g = lid; g < sorted / 4u; g += WG) {
+                // g with zero bits inserted at h and 2h: the first of slots s, s + h, s + 2h, s + 3h.
+                let s = (g / h) * 4u * h + g % h;
+                var k0 = row_keys[s];
+                var i0 = row_ids[s];
+                var k1 = row_keys[s + h];
+                var i1 = row_ids[s + h];
+                var k2 = row_keys[s + 2u * h];
+                var i2 = row_ids[s + 2u * h];
+                var k3 = row_keys[s + 3u * h];
+                var i3 = row_ids[s + 3u * h];
+                let ascending = (s & size) == 0u;
+                if (stride > 1u) {
+                    exchange(&k0, &i0, &k2, &i2, ascending, by_key);
+                    exchange(&k1, &i1, &k3, &i3, ascending, by_key);
                 }
+                // With size 2, slots s + 2 and s + 3 belong to the next, descending, pair.
+                exchange(&k0, &i0, &k1, &i1, ascending, by_key);
+                exchange(&k2, &i2, &k3, &i3, ((s + 2u * h) & size) == 0u, by_key);
+                row_keys[s] = k0;
+                row_ids[s] = i0;
+                row_keys[s + h] = k1;
+                row_ids[s + h] = i1;
+                row_keys[s + 2u * h] = k2;
+                row_ids[s + 2u * h] = i2;
+                row_keys[s + 3u * h] = k3;
+                row_ids[s + 3u * h] = i3;
             }
             workgroupBarrier();
+            if (stride <= 2u) {
+                break;
+            }
+            stride /= 4u;
         }
+    }
+}
+
+// One comparator of the network: slots a and b (a first) in `ascending` order or the reverse.
+fn exchange(
+    a_key: ptr<function, f64>,
+    a_id: ptr<function, u32>,
+    b_key: ptr<function, f64>,
+    b_id: ptr<function, u32>,
+    ascending: bool,
+    by_key: bool,
+) {
+    let b_first = select(before(0.0lf, *b_id, 0.0lf, *a_id), before(*b_key, *b_id, *a_key, *a_id), by_key);
+    if (b_first == ascending) {
+        let key = *a_key;
+        let id = *a_id;
+        *a_key = *b_key;
+        *a_id = *b_id;
+        *b_key = key;
+        *b_id = id;
     }
 }
 
