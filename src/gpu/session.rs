@@ -365,21 +365,26 @@ impl TileSizes {
             (None, None) => true,
             _ => false,
         };
-        let sizes = [
-            (self.raw_queries, want.raw_queries),
-            (self.query_vectors, want.query_vectors),
-            (self.query_norms, want.query_norms),
-            (self.row_state, want.row_state),
-            (self.failed, want.failed),
-            (self.dist, want.dist),
-            (self.aux, want.aux),
-            (self.candidates, want.candidates),
-            (self.shortlist_len, want.shortlist_len),
-            (self.shortlist, want.shortlist),
-            (self.uniform, want.uniform),
-            (self.staging, want.staging),
-        ];
-        certify && exact && self.read_backs >= want.read_backs && sizes.iter().all(|(have, need)| have >= need)
+        let sizes = self.plain_sizes().into_iter().zip(want.plain_sizes()).all(|(have, need)| have >= need);
+        certify && exact && sizes && self.read_backs >= want.read_backs
+    }
+
+    /// The sizes of the buffers every set has.
+    fn plain_sizes(&self) -> [u64; 12] {
+        [
+            self.raw_queries,
+            self.query_vectors,
+            self.query_norms,
+            self.row_state,
+            self.failed,
+            self.dist,
+            self.aux,
+            self.candidates,
+            self.shortlist_len,
+            self.shortlist,
+            self.uniform,
+            self.staging,
+        ]
     }
 }
 
