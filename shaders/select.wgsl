@@ -346,6 +346,18 @@ fn place(kind: u32, pivot: f32, low: f32, e: vec2<u32>, valid: bool, dst: u32, r
     }
 }
 
+// `place` for a FILTER pass over the input, whose destination is `aux_a`: keys below the
+// pivot packed from the left, keys equal to it from the right.
+fn filter_dense(v: f32, col: u32, valid: bool, pivot: f32, row: u32, start: u32, len: u32) {
+    if (valid && v < pivot) {
+        let slot = atomicAdd(&appended_a, 1u);
+        aux_a[row * params.scratch_stride + start + slot] = vec2<u32>(bitcast<u32>(v), col);
+    } else if (valid && v == pivot) {
+        let slot = atomicAdd(&appended_b, 1u);
+        aux_a[row * params.scratch_stride + start + len - 1u - slot] = vec2<u32>(bitcast<u32>(v), col);
+    }
+}
+
 // f32 bits as a u32 in the same order (negative keys included).
 fn ordered_bits(v: f32) -> u32 {
     let bits = bitcast<u32>(v);
@@ -642,14 +654,29 @@ fn select_row(lid: u32, wid: vec3<u32>) {
             // four times as many bytes are in flight as with one key per load.
             let first = (row * params.in_stride + start) / 4u;
             let col = params.col_base + start;
-            for (var base = 0u; base < len; base += 4u * WG) {
-                let i = base + 4u * lid;
-                if (i < len) {
-                    let keys = dense_in[first + i / 4u];
-                    place(kind, pivot, low, vec2<u32>(bitcast<u32>(keys.x), col + i), true, dst, row, start, len);
-                    place(kind, pivot, low, vec2<u32>(bitcast<u32>(keys.y), col + i + 1u), i + 1u < len, dst, row, start, len);
-                    place(kind, pivot, low, vec2<u32>(bitcast<u32>(keys.z), col + i + 2u), i + 2u < len, dst, row, start, len);
-                    place(kind, pivot, low, vec2<u32>(bitcast<u32>(keys.w), col + i + 3u), i + 3u < len, dst, row, start, len);
+            if (kind == FILTER) {
+                // The pass every key of a dense row goes through: `place` for a FILTER into
+                // `aux_a` (where a pass over the input writes), without its other kinds.
+                for (var base = 0u; base < len; base += 4u * WG) {
+                    let i = base + 4u * lid;
+                    if (i < len) {
+                        let keys = dense_in[first + i / 4u];
+                        filter_dense(keys.x, col + i, true, pivot, row, start, len);
+                        filter_dense(keys.y, col + i + 1u, i + 1u < len, pivot, row, start, len);
+                        filter_dense(keys.z, col + i + 2u, i + 2u < len, pivot, row, start, len);
+                        filter_dense(keys.w, col + i + 3u, i + 3u < len, pivot, row, start, len);
+                    }
+                }
+            } else {
+                for (var base = 0u; base < len; base += 4u * WG) {
+                    let i = base + 4u * lid;
+                    if (i < len) {
+                        let keys = dense_in[first + i / 4u];
+                        place(kind, pivot, low, vec2<u32>(bitcast<u32>(keys.x), col + i), true, dst, row, start, len);
+                        place(kind, pivot, low, vec2<u32>(bitcast<u32>(keys.y), col + i + 1u), i + 1u < len, dst, row, start, len);
+                        place(kind, pivot, low, vec2<u32>(bitcast<u32>(keys.z), col + i + 2u), i + 2u < len, dst, row, start, len);
+                        place(kind, pivot, low, vec2<u32>(bitcast<u32>(keys.w), col + i + 3u), i + 3u < len, dst, row, start, len);
+                    }
                 }
             }
         } else {
