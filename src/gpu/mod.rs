@@ -225,7 +225,9 @@ pub(crate) struct GpuEngine {
     symmetric_graphs: Option<bool>,
     /// The buffers of the last round of candidates, kept for the next call of the same shape
     /// (as FAISS and PyTorch keep temporary memory): creating and first touching a few GiB
-    /// costs more than a small graph's whole computation.
+    /// costs more than a small graph's whole computation. A later round, or a call whose
+    /// plan differs, runs in them too where its query tiles can be cut to fit
+    /// (`session::TileBuffers::new`).
     tile_cache: std::sync::Mutex<Option<(TileKey, TileBuffers)>>,
     /// The buffers of the last resident corpus, kept for the next one of the same shape:
     /// allocating and freeing a few hundred MB take milliseconds each.
