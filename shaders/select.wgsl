@@ -656,15 +656,30 @@ fn select_row(lid: u32, wid: vec3<u32>) {
             let col = params.col_base + start;
             if (kind == FILTER) {
                 // The pass every key of a dense row goes through: `place` for a FILTER into
-                // `aux_a` (where a pass over the input writes), without its other kinds.
-                for (var base = 0u; base < len; base += 4u * WG) {
+                // `aux_a` (where a pass over the input writes), without its other kinds; two
+                // loads in flight per step, since little else is done per key.
+                for (var base = 0u; base < len; base += 8u * WG) {
                     let i = base + 4u * lid;
+                    let j = i + 4u * WG;
+                    var keys = vec4<f32>(0.0);
+                    var more = vec4<f32>(0.0);
                     if (i < len) {
-                        let keys = dense_in[first + i / 4u];
+                        keys = dense_in[first + i / 4u];
+                    }
+                    if (j < len) {
+                        more = dense_in[first + j / 4u];
+                    }
+                    if (i < len) {
                         filter_dense(keys.x, col + i, true, pivot, row, start, len);
                         filter_dense(keys.y, col + i + 1u, i + 1u < len, pivot, row, start, len);
                         filter_dense(keys.z, col + i + 2u, i + 2u < len, pivot, row, start, len);
                         filter_dense(keys.w, col + i + 3u, i + 3u < len, pivot, row, start, len);
+                    }
+                    if (j < len) {
+                        filter_dense(more.x, col + j, true, pivot, row, start, len);
+                        filter_dense(more.y, col + j + 1u, j + 1u < len, pivot, row, start, len);
+                        filter_dense(more.z, col + j + 2u, j + 2u < len, pivot, row, start, len);
+                        filter_dense(more.w, col + j + 3u, j + 3u < len, pivot, row, start, len);
                     }
                 }
             } else {
