@@ -3,8 +3,8 @@
 // instead of every candidate's row being read on the host. Needs SHADER_F64.
 //
 // This part is shared; the host appends one of two ways of reading rows, each defining the
-// row bindings, `row_start` and `partial_sums`: refine_scalar.wgsl (any length, one f32 per
-// load) or refine_vec4.wgsl (lengths a multiple of 4, four vec4 loads of each row in flight).
+// row bindings, `row_start`, `partial_sums` and `single_sum`: refine_scalar.wgsl (any length,
+// one f32 per load) or refine_vec4.wgsl (lengths a multiple of 4, four vec4 loads of each row in flight).
 // Entry points: `exact_keys_wide`, one workgroup per candidate, for long rows;
 // `exact_keys_grouped`, GROUP invocations per candidate, for rows of a few dozen values; and
 // in refine_scalar.wgsl `exact_keys`, one invocation per candidate, for short rows.
@@ -70,10 +70,37 @@ fn group_sum(v: vec4<f64>, lid: u32, width: u32) -> vec4<f64> {
     return total;
 }
 
+var<workgroup> partial_one: array<f64, WG>;
+
+// `group_sum` of one float64 (`single_sum`): a quarter of the registers and of the reduction's
+// traffic. With the vec4 sums, the euclidean keys of n=65536 d=128 k=1000 took 12.2 ms on an
+// H100, 8.8 with this (k=4096: 56 -> 41 ms; notes/exactness.md).
+fn group_sum_one(v: f64, lid: u32, width: u32) -> f64 {
+    partial_one[lid] = v;
+    workgroupBarrier();
+    for (var step = width / 2u; step > 0u; step /= 2u) {
+        if (lid % width < step) {
+            partial_one[lid] += partial_one[lid + step];
+        }
+        workgroupBarrier();
+    }
+    let total = partial_one[lid - lid % width];
+    workgroupBarrier();
+    return total;
+}
+
 // The key of candidate row `cb` for query row `qb` (as `row_start` gives them), summed by the
 // `width` invocations of a group, this one being `lane`: `partial_sums` over the strided part
 // of the row, then the group's total. Correlation first centres both rows on their means.
 fn group_key(qb: u32, cb: u32, lid: u32, lane: u32, width: u32, live: bool) -> f64 {
+    if (params.mode == 0u || params.mode == 3u) {
+        var one = 0.0lf;
+        if (live) {
+            one = single_sum(qb, cb, lane, width);
+        }
+        let total = group_sum_one(one, lid, width);
+        return select(-total, total, params.mode == 0u);
+    }
     var mx: f64 = 0.0lf;
     var my: f64 = 0.0lf;
     if (params.mode == 2u) {

@@ -40,6 +40,12 @@ fn partial_sums(qb: u32, cb: u32, first: u32, step: u32, row_sums: bool, mx: f64
     return s;
 }
 
+// The one sum of `partial_sums` that the euclidean key or the inner product needs.
+fn single_sum(qb: u32, cb: u32, first: u32, step: u32) -> f64 {
+    let s = partial_sums(qb, cb, first, step, false, 0.0lf, 0.0lf);
+    return select(s.y, s.x, params.mode == 0u);
+}
+
 // One invocation per (query row, candidate), for short rows.
 @compute @workgroup_size(64)
 fn exact_keys(@builtin(global_invocation_id) gid: vec3<u32>) {

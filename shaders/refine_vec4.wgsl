@@ -64,3 +64,33 @@ fn partial_sums(qb: u32, cb: u32, first: u32, step: u32, row_sums: bool, mx: f64
     }
     return s;
 }
+
+// The one sum of `partial_sums` that the euclidean key (sum (x - y)^2) or the inner product
+// (sum x y) needs, over the same vec4s.
+fn single_sum(qb: u32, cb: u32, first: u32, step: u32) -> f64 {
+    let dim4 = params.dim / 4u;
+    var s = 0.0lf;
+    for (var j = first; j < dim4; j += DEPTH * step) {
+        var x: array<vec4<f32>, DEPTH>;
+        var y: array<vec4<f32>, DEPTH>;
+        // unroll(u, DEPTH)
+        for (var u = 0u; u < DEPTH; u++) {
+            x[u] = vec4<f32>(0.0);
+            y[u] = vec4<f32>(0.0);
+            if (j + u * step < dim4) {
+                x[u] = queries[qb + j + u * step];
+                y[u] = corpus[cb + j + u * step];
+            }
+        }
+        // unroll(u, DEPTH)
+        for (var u = 0u; u < DEPTH; u++) {
+            if (params.mode == 0u) {
+                let diff = vec4<f64>(x[u]) - vec4<f64>(y[u]);
+                s += dot(diff, diff);
+            } else {
+                s += dot(vec4<f64>(x[u]), vec4<f64>(y[u]));
+            }
+        }
+    }
+    return s;
+}
