@@ -6,7 +6,7 @@
 // row bindings, `row_start`, `partial_sums` and `single_sum`: refine_scalar.wgsl (any length,
 // one f32 per load) or refine_vec4.wgsl (lengths a multiple of 4, four vec4 loads of each row in flight).
 // Entry points: `exact_keys_wide`, one workgroup per candidate, for long rows;
-// `exact_keys_grouped`, GROUP invocations per candidate, for rows of a few dozen values; and
+// `exact_keys_grouped`, `group` invocations per candidate, for rows of a few dozen values; and
 // in refine_scalar.wgsl `exact_keys`, one invocation per candidate, for short rows.
 // Keys are those of `Metric::rank_key_f64`:
 //   mode 0 (euclidean family): sum (x - y)^2
@@ -28,11 +28,11 @@ struct Params {
     // listed by both its rows gets its key once, in the row of the smaller index, and the
     // other row copies it (`copy_mutual_keys`).
     mutual: u32,
-    _pad0: u32,
+    // Invocations per candidate in `exact_keys_grouped`: a power of two, at most WG.
+    group: u32,
 }
 
 const WG: u32 = 64u;
-const GROUP: u32 = 8u;
 const NONE: u32 = 0xffffffffu;
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -214,23 +214,25 @@ fn copy_mutual_keys(
     }
 }
 
-// GROUP invocations per candidate, WG / GROUP candidates per workgroup, for rows too short
+// `group` invocations per candidate, WG / group candidates per workgroup, for rows too short
 // for a workgroup each. One invocation per candidate reads its row alone, from rows far
-// apart; a group reads GROUP neighbouring parts of the row at a time.
+// apart; a group reads `group` neighbouring parts of the row at a time. The host chooses the
+// width by row length (`refine_group`).
 @compute @workgroup_size(64)
 fn exact_keys_grouped(
     @builtin(local_invocation_index) lid: u32,
     @builtin(workgroup_id) wid: vec3<u32>,
 ) {
-    let t = (wid.x + wid.y * params.groups_x) * (WG / GROUP) + lid / GROUP;
+    let group = params.group;
+    let t = (wid.x + wid.y * params.groups_x) * (WG / group) + lid / group;
     // Every invocation reaches the barriers of the sums; the ones without a candidate add 0.
     var id = NONE;
     if (t < params.rows * params.kc) {
         id = candidates[t].y;
     }
     let live = id != NONE;
-    let key = group_key(row_start(t / params.kc), row_start(id), lid, lid % GROUP, GROUP, live);
-    if (lid % GROUP == 0u && t < params.rows * params.kc) {
+    let key = group_key(row_start(t / params.kc), row_start(id), lid, lid % group, group, live);
+    if (lid % group == 0u && t < params.rows * params.kc) {
         keys[t] = select(0.0lf, key, live);
     }
 }

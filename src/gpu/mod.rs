@@ -41,8 +41,25 @@ pub use context::{adapters, AdapterReport};
 /// allocation that fails anyway halves the budget and runs again (`retry_smaller`).
 const DEFAULT_BUDGET: u64 = 1 << 30;
 const DISCRETE_BUDGET: u64 = 4 << 30;
-/// Dimension from which exact keys are computed by a group of 8 invocations per candidate.
+/// Dimension from which exact keys are computed by a group of invocations per candidate.
 const GROUPED_ROWS: usize = 32;
+/// Invocations in a workgroup of refine.wgsl (`WG`).
+const REFINE_WG: usize = 64;
+/// Invocations per candidate of `exact_keys_grouped` over rows read one value at a time.
+const SCALAR_REFINE_GROUP: usize = 8;
+
+/// Invocations per candidate of `exact_keys_grouped` over rows of `dim4` vec4s: the most, up to
+/// 8, that leave each at least 8 vec4s to read. More invocations per candidate mean more
+/// partial sums through workgroup memory and more registers idle; fewer, a longer loop each.
+/// Measured on an H100 (n=65536 k=1000 at d = 32, 64, 128, 200, euclidean and cosine;
+/// notes/exactness.md): this width was the best of 1, 2, 4 and 8 or within 0.1 ms of it.
+fn refine_group(dim4: usize) -> usize {
+    let mut group = 8;
+    while group > 1 && dim4 < 8 * group {
+        group /= 2;
+    }
+    group
+}
 /// Uploads larger than this are split into parts written by several cores, a group of one
 /// part per core submitted at a time (2 MiB: eight groups at d=4096 n=16384, whose copies
 /// overlap the writing of the next; 8 MiB parts gave two groups and no gain).
@@ -166,7 +183,7 @@ struct CertifyKernels {
 struct RefineKernels {
     /// One invocation per candidate.
     narrow: Kernel,
-    /// Eight invocations per candidate, from `GROUPED_ROWS` values a row.
+    /// A few invocations per candidate, from `GROUPED_ROWS` values a row.
     grouped: wgpu::ComputePipeline,
     /// One workgroup per candidate, from `WIDE_ROWS` values a row.
     wide: wgpu::ComputePipeline,
@@ -174,7 +191,7 @@ struct RefineKernels {
     wide4: wgpu::ComputePipeline,
     /// Keys of pairs listed by both their rows, copied from the row that computed them.
     copy_mutual: wgpu::ComputePipeline,
-    /// Eight invocations per candidate from vec4 loads, for rows of a multiple of 4 values.
+    /// A few invocations per candidate from vec4 loads, for rows of a multiple of 4 values.
     grouped4: wgpu::ComputePipeline,
 }
 
@@ -190,7 +207,8 @@ struct RefineParams {
     /// See refine.wgsl.
     row_base: u32,
     mutual: u32,
-    _pad: u32,
+    /// Invocations per candidate of `exact_keys_grouped` ([`refine_group`]).
+    group: u32,
 }
 
 /// Bytes bound for each parameter block: the largest of them.
@@ -892,4 +910,17 @@ fn read_back<T: bytemuck::Pod>(gpu: &GpuEngine, src: &wgpu::Buffer, bytes: Optio
     let mut values = Vec::new();
     map_and_read(gpu, &staging, |bytes| values = bytemuck::pod_collect_to_vec(bytes))?;
     Ok(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refine_groups_leave_each_invocation_eight_vec4s() {
+        let widths: Vec<usize> = [8, 15, 16, 31, 32, 50, 63].into_iter().map(refine_group).collect();
+        assert_eq!(widths, [1, 1, 2, 2, 4, 4, 4]);
+        assert_eq!(refine_group(64), 8);
+        assert!(SCALAR_REFINE_GROUP.is_power_of_two() && REFINE_WG.is_multiple_of(8));
+    }
 }

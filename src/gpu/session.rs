@@ -4,9 +4,10 @@
 use rayon::prelude::*;
 
 use super::{
-    bind_group, bind_group_at, bind_group_ranges, grid, metric_modes, read_mapped, reported_as, CertifyParams,
-    DistanceParams, GpuEngine, Job, Mapping, NormsParams, ParamSlots, PreparedRows, RefineParams, SelectParams, Step,
-    GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, TILE_M, TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
+    bind_group, bind_group_at, bind_group_ranges, grid, metric_modes, read_mapped, refine_group, reported_as,
+    CertifyParams, DistanceParams, GpuEngine, Job, Mapping, NormsParams, ParamSlots, PreparedRows, RefineParams,
+    SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, REFINE_WG, SCALAR_REFINE_GROUP, TILE_M, TILE_N,
+    WIDE_MERGE_KC, WIDE_ROWS,
 };
 use crate::data::MatrixRef;
 use crate::error::Result;
@@ -1086,14 +1087,15 @@ impl CorpusSession<'_> {
                 );
             }
             // Longer rows are read faster by several invocations each (coalesced loads).
+            let group = if d.is_multiple_of(4) { refine_group(d / 4) } else { SCALAR_REFINE_GROUP };
             let (step, groups) = if d >= WIDE_ROWS && d.is_multiple_of(4) {
                 (Step::RefineWide4, rows * kc)
             } else if d >= WIDE_ROWS {
                 (Step::RefineWide, rows * kc)
             } else if d >= GROUPED_ROWS && d.is_multiple_of(4) {
-                (Step::RefineGrouped4, (rows * kc).div_ceil(8))
+                (Step::RefineGrouped4, (rows * kc).div_ceil(REFINE_WG / group))
             } else if d >= GROUPED_ROWS {
-                (Step::RefineGrouped, (rows * kc).div_ceil(8))
+                (Step::RefineGrouped, (rows * kc).div_ceil(REFINE_WG / group))
             } else {
                 (Step::Refine, (rows * kc).div_ceil(64))
             };
@@ -1112,7 +1114,7 @@ impl CorpusSession<'_> {
                 groups_x: gx,
                 row_base: if mutual { q0 as u32 } else { 0 },
                 mutual: mutual as u32,
-                _pad: 0,
+                group: group as u32,
             };
             let offset = params.push(refine_params);
             // Shared keys read other rows' lists and keys: every row's are bound.

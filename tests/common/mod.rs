@@ -179,8 +179,11 @@ pub fn cases() -> Vec<Case> {
             add(format!("{m}: wide rows 520 x 260 k=5"), random(&mut rng, 520, 260, 1.0), None, 5, metric);
         }
         // Rows of a few dozen values, a multiple of 4: the grouped vec4 exact-key kernel (the
-        // odd sizes above and the search below take the scalar one).
+        // odd sizes above and the search below take the scalar one), with 1, 2 and 4
+        // invocations per candidate.
+        add(format!("{m}: rows of 44 values k=6"), random(&mut rng, 70, 44, 1.0), None, 6, metric);
         add(format!("{m}: rows of 64 values k=6"), random(&mut rng, 80, 64, 1.0), None, 6, metric);
+        add(format!("{m}: rows of 132 values k=7"), random(&mut rng, 70, 132, 1.0), None, 7, metric);
         // Long rows whose length is not a multiple of 4 take the scalar exact-key kernel.
         add(format!("{m}: wide rows d=258 k=5"), random(&mut rng, 60, 258, 2.0), None, 5, metric);
         add(
