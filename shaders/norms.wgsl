@@ -7,6 +7,10 @@
 //   mode 3 (inner product): x unchanged
 // Writes the prepared row padded with zeros to a multiple of 4 (so the distance kernel can
 // use vec4 loads) and its squared norm.
+// Cosine and correlation first scale the row by a power of two (exact) that brings its
+// largest magnitude into [0.5, 1): sums of squares of rows of 1e-25 would underflow to zero
+// and those of long rows of 1e18 overflow, and either would leave the unit vector wrong by far
+// more than the error bound allows (`prepare::key_error_bound`).
 
 struct Params {
     rows: u32,      // rows to prepare
@@ -29,6 +33,20 @@ const WG: u32 = 64u;
 
 var<workgroup> partial: array<f32, WG>;
 
+// Largest of one value per invocation; every invocation gets it.
+fn workgroup_max(v: f32, lid: u32) -> f32 {
+    partial[lid] = v;
+    workgroupBarrier();
+    for (var step = WG / 2u; step > 0u; step = step / 2u) {
+        if (lid < step) {
+            partial[lid] = max(partial[lid], partial[lid + step]);
+        }
+        workgroupBarrier();
+    }
+    let m = workgroupUniformLoad(&partial[0]);
+    return m;
+}
+
 // Sum of one value per invocation; every invocation gets the total.
 fn workgroup_sum(v: f32, lid: u32) -> f32 {
     partial[lid] = v;
@@ -43,11 +61,11 @@ fn workgroup_sum(v: f32, lid: u32) -> f32 {
     return total;
 }
 
-fn value_at(base: u32, j: u32, mean: f32) -> f32 {
+fn value_at(base: u32, j: u32, pre: f32, mean: f32) -> f32 {
     if (j >= params.dim) {
         return 0.0;
     }
-    var v = raw[base + j];
+    var v = raw[base + j] * pre;
     if (params.mode == 0u) {
         v = v - shift[j];
     } else if (params.mode == 2u) {
@@ -67,11 +85,24 @@ fn prepare_rows(
     }
     let base = (params.in_offset + row) * params.dim;
 
+    var pre = 1.0;
+    if (params.mode == 1u || params.mode == 2u) {
+        var peak = 0.0;
+        for (var j = lid; j < params.dim; j += WG) {
+            peak = max(peak, abs(raw[base + j]));
+        }
+        peak = workgroup_max(peak, lid);
+        workgroupBarrier();
+        // Rows without a value of normal magnitude are refused on the host.
+        if (peak > 0.0) {
+            pre = ldexp(1.0, -frexp(peak).exp);
+        }
+    }
     var mean = 0.0;
     if (params.mode == 2u) {
         var s = 0.0;
         for (var j = lid; j < params.dim; j += WG) {
-            s += raw[base + j];
+            s += raw[base + j] * pre;
         }
         mean = workgroup_sum(s, lid) / f32(params.dim);
         workgroupBarrier();
@@ -79,7 +110,7 @@ fn prepare_rows(
 
     var ss = 0.0;
     for (var j = lid; j < params.dim; j += WG) {
-        let v = value_at(base, j, mean);
+        let v = value_at(base, j, pre, mean);
         ss += v * v;
     }
     let sq = workgroup_sum(ss, lid);
@@ -91,10 +122,10 @@ fn prepare_rows(
     for (var j4 = lid; j4 < params.dim4; j4 += WG) {
         let j = j4 * 4u;
         prepared[row * params.dim4 + j4] = vec4<f32>(
-            value_at(base, j, mean),
-            value_at(base, j + 1u, mean),
-            value_at(base, j + 2u, mean),
-            value_at(base, j + 3u, mean),
+            value_at(base, j, pre, mean),
+            value_at(base, j + 1u, pre, mean),
+            value_at(base, j + 2u, pre, mean),
+            value_at(base, j + 3u, pre, mean),
         ) * scale;
     }
     if (lid == 0u) {

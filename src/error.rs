@@ -66,7 +66,7 @@ pub enum Error {
         what: &'static str,
         /// Row (0-based).
         row: usize,
-        /// `a zero vector` or `constant (zero variance)`.
+        /// `a zero vector` (also one of subnormal values only) or `constant (zero variance)`.
         problem: &'static str,
         /// The metric's name.
         metric: &'static str,

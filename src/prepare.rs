@@ -111,7 +111,13 @@ fn row_error(what: &'static str, m: MatrixRef<'_>, i: usize, metric: Metric) -> 
     if let Some((col, &value)) = row.iter().enumerate().find(|(_, v)| v.abs() > MAX_ABS) {
         return Error::TooLarge { what, row: i, col, value };
     }
-    let problem = if metric == Metric::Cosine { "a zero vector" } else { "constant (zero variance)" };
+    let problem = if row.iter().all(|&v| v == 0.0) {
+        "a zero vector"
+    } else if tiny(row) {
+        "a zero vector in f32 arithmetic (every value is below 1.2e-38, f32's smallest normal magnitude)"
+    } else {
+        "constant (zero variance)"
+    };
     Error::DegenerateRow { what, row: i, problem, metric: metric.name() }
 }
 
@@ -122,10 +128,16 @@ fn centred(metric: Metric) -> bool {
 
 fn degenerate(row: &[f32], metric: Metric) -> bool {
     match metric {
-        Metric::Cosine => row.iter().all(|&v| v == 0.0),
-        Metric::Correlation => row.iter().all(|&v| v == row[0]),
+        Metric::Cosine => tiny(row),
+        Metric::Correlation => row.iter().all(|&v| v == row[0]) || tiny(row),
         _ => false,
     }
+}
+
+/// No value of normal f32 magnitude (zero or subnormal): a GPU that flushes subnormals sees a
+/// zero vector, whose direction is undefined.
+fn tiny(row: &[f32]) -> bool {
+    row.iter().all(|&v| v.abs() < f32::MIN_POSITIVE)
 }
 
 /// One row transformed for the fp32 GEMM, computed in float64 and rounded once.
@@ -163,7 +175,11 @@ pub(crate) fn row_stats(m: MatrixRef<'_>, shift: &[f32], metric: Metric) -> RowS
                     row.iter().zip(shift).map(|(&v, &s)| (v as f64 - s as f64).powi(2)).sum::<f64>()
                 }
                 Metric::InnerProduct => row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt(),
-                Metric::Cosine => 3.0 * gamma(d + 4),
+                // The GPU normalises in f32 (`norms.wgsl`): |x|^2 carries gamma(d) relative
+                // error, half of it after the square root; 1 / sqrt and the scaling add a few
+                // ULP (Vulkan allows 2-3 for each function): 32 units of roundoff cover 16 ULP.
+                // The host rounds a float64 unit vector once.
+                Metric::Cosine => 0.5 * gamma(d + 4) + 32.0 * U32,
                 Metric::Correlation => {
                     let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
                     let centred = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>().sqrt();
@@ -180,6 +196,19 @@ pub(crate) fn row_stats(m: MatrixRef<'_>, shift: &[f32], metric: Metric) -> RowS
 /// in the units of `Metric::rank_key_f64`, with a safety factor of two.
 pub(crate) fn key_error_bound(metric: Metric, d: usize, query_scale: f64, corpus_max: f64) -> f64 {
     let g = gamma(d + 4);
+    // Higham's gamma assumes no underflow. A product, square or sum below f32's smallest
+    // normal magnitude may be flushed to zero (GPUs flush subnormals), and so may a subnormal
+    // operand, losing up to that magnitude times the other operand: over d terms at most
+    // 2^-126 (d + |x|_1 + |y|_1) <= 2^-126 d (1 + |x| + |y|) per sum, and a key has three
+    // such sums. Negligible for ordinary data; for rows of 1e-25 it is what keeps their
+    // all-zero fp32 keys from certifying anything.
+    let norms = match metric {
+        Metric::Euclidean | Metric::SqEuclidean => query_scale.sqrt() + corpus_max.sqrt(),
+        Metric::InnerProduct => query_scale + corpus_max,
+        // Unit vectors.
+        Metric::Cosine | Metric::Correlation => 2.0,
+    };
+    let underflow = 3.0 * f32::MIN_POSITIVE as f64 * (d + 4) as f64 * (1.0 + norms);
     let bound = match metric {
         // |x|^2, |y|^2 and x.y each carry gamma(d) relative error, the centring subtraction
         // and the final additions a few units of roundoff of |x|^2 + |y|^2.
@@ -188,5 +217,5 @@ pub(crate) fn key_error_bound(metric: Metric, d: usize, query_scale: f64, corpus
         Metric::Cosine | Metric::Correlation => query_scale + corpus_max + 2.0 * g,
         Metric::InnerProduct => g * query_scale * corpus_max,
     };
-    2.0 * bound + f64::MIN_POSITIVE
+    2.0 * (bound + underflow)
 }

@@ -89,6 +89,15 @@ fn degenerate_rows_are_refused_where_the_metric_is_undefined() {
             e.to_string(),
             "data row 8 is constant (zero variance): the correlation distance is undefined for it"
         );
+        // Subnormal values only: a zero vector wherever subnormals are flushed.
+        let mut v = grid(12, 4).into_vec();
+        v[2 * 4..3 * 4].copy_from_slice(&[1e-39, -2e-40, 0.0, 5e-45]);
+        let e = knn.graph(Matrix::new(v, 12, 4).unwrap().view(), 2, Metric::Cosine).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "data row 2 is a zero vector in f32 arithmetic (every value is below 1.2e-38, f32's smallest normal \
+             magnitude): the cosine distance is undefined for it"
+        );
         // The same rows are fine under metrics that define them.
         knn.graph(zero_row.view(), 2, Metric::Euclidean).unwrap();
         knn.graph(constant_row.view(), 2, Metric::Cosine).unwrap();

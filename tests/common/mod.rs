@@ -63,7 +63,9 @@ pub fn check(
             .collect();
         all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let kth = all[k - 1].0;
-        let scale = all.iter().map(|e| e.0.abs()).fold(0.0, f64::max).max(1e-30);
+        // No absolute floor beyond f64's: rows of 1e-25 have keys of 1e-50, and a floor such
+        // as 1e-30 would make every key of theirs a tie.
+        let scale = all.iter().map(|e| e.0.abs()).fold(0.0, f64::max).max(f64::MIN_POSITIVE);
         let tol = 1e-9 * scale;
 
         let ids = got.indices_of(qi);
@@ -82,7 +84,8 @@ pub fn check(
             );
             let err = (dist as f64 - true_dist).abs();
             assert!(
-                err <= 1e-6 * true_dist.abs().max(scale * 1e-3) + 1e-30,
+                // Distances under f32's subnormals are reported as 0.
+                err <= 1e-6 * true_dist.abs().max(scale * 1e-3) + 1e-45,
                 "{case}: query {qi} slot {slot}: reported distance {dist} but float64 gives {true_dist}"
             );
             if slot > 0 {
@@ -145,6 +148,21 @@ fn lon_lat(rng: &mut StdRng, n: usize) -> Matrix {
     Matrix::new(data, n, 2).unwrap()
 }
 
+/// Each row of uniform values scaled by its own power of ten between 1e-30 and 1e18.
+fn scaled_rows(rng: &mut StdRng, n: usize, d: usize) -> Matrix {
+    let mut m = random(rng, n, d, 0.0).into_vec();
+    for row in m.chunks_mut(d) {
+        let s = 10f32.powf(rng.random_range(-30.0f32..17.9));
+        row.iter_mut().for_each(|v| *v *= s);
+    }
+    Matrix::new(m, n, d).unwrap()
+}
+
+fn scaled(m: Matrix, s: f32) -> Matrix {
+    let (n, d) = (m.rows(), m.cols());
+    Matrix::new(m.into_vec().into_iter().map(|v| v * s).collect(), n, d).unwrap()
+}
+
 fn with_duplicates(rng: &mut StdRng, n: usize, d: usize) -> Matrix {
     let base = random(rng, n / 3 + 1, d, 0.0);
     let rows: Vec<Vec<f32>> =
@@ -196,6 +214,24 @@ pub fn cases() -> Vec<Case> {
     }
     add("euclidean: image patches offset 1000".into(), offset_patches(&mut rng, 400), None, 10, Metric::Euclidean);
     add("sqeuclidean: lon/lat pairs".into(), lon_lat(&mut rng, 500), None, 12, Metric::SqEuclidean);
+    // Magnitudes whose squares and products leave f32's normal range: sums of squares of
+    // rows of 1e-25 underflow, of long rows near 1e18 overflow.
+    for metric in [Metric::Cosine, Metric::Correlation] {
+        add(
+            format!("{}: rows of magnitudes 1e-30 to 1e18", metric.name()),
+            scaled_rows(&mut rng, 200, 400),
+            None,
+            6,
+            metric,
+        );
+    }
+    add(
+        "inner_product: rows of 1e-25".into(),
+        scaled(random(&mut rng, 150, 40, 0.0), 1e-25),
+        None,
+        5,
+        Metric::InnerProduct,
+    );
     for s in 0..6 {
         let n = rng.random_range(2..260usize);
         let d = rng.random_range(2..40usize);
