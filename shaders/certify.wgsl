@@ -4,8 +4,10 @@
 // - valid candidates are those with an index that is neither NONE nor the query itself;
 // - the answer is the k smallest valid ones by (exact key, index);
 // - the list is complete (no outsider can exist) when it holds every available row or has
-//   padding; otherwise it is accepted when the k-th exact key is at most the largest fp32
-//   key of the list minus the row's fp32 error bound (floored at 0 except for inner product).
+//   padding and a finite error bound (an infinite one means fp32 keys may overflow, and
+//   overflowed keys are +inf like the padding); otherwise it is accepted when the k-th exact
+//   key is at most the largest fp32 key of the list minus the row's fp32 error bound
+//   (floored at 0 except for inner product).
 // Status per row: 0 accepted (k neighbours), 2 + m accepted with only m < k neighbours (all
 // there are), 1 not accepted: the row is searched again with more candidates.
 // Lists of up to MAX_KC (set by the host) take one workgroup per row (`certify_rows`): the
@@ -112,7 +114,7 @@ fn certify_rows(
 // only when there are k valid pairs); see the head of this file.
 fn decide(row: u32, kc: u32, valid: u32, own: u32, top: f32, kth: f64) -> u32 {
     let available = params.corpus_rows - select(0u, 1u, own != NONE);
-    let complete = valid >= available || valid < kc;
+    let complete = valid >= available || (valid < kc && error_bounds[row] < 1.0e308lf);
     if (valid < params.k) {
         // Fewer than k exist at all (complete), or the list must grow.
         return select(1u, 2u + valid, complete);

@@ -209,6 +209,17 @@ pub(crate) fn key_error_bound(metric: Metric, d: usize, query_scale: f64, corpus
         Metric::Cosine | Metric::Correlation => 2.0,
     };
     let underflow = 3.0 * f32::MIN_POSITIVE as f64 * (d + 4) as f64 * (1.0 + norms);
+    // Nor does it allow overflow: a norm, dot product or key beyond f32's range is infinite
+    // or NaN (|q|^2 + |c|^2 - 2 q.c of two huge, close rows is inf - inf), however near the
+    // rows are. Where the float64 magnitudes allow that, nothing is proven from fp32 keys.
+    let may_overflow = match metric {
+        Metric::Euclidean | Metric::SqEuclidean => 2.0 * (query_scale + corpus_max),
+        Metric::InnerProduct => query_scale * corpus_max,
+        Metric::Cosine | Metric::Correlation => 0.0,
+    } >= f32::MAX as f64 / 4.0;
+    if may_overflow {
+        return f64::INFINITY;
+    }
     let bound = match metric {
         // |x|^2, |y|^2 and x.y each carry gamma(d) relative error, the centring subtraction
         // and the final additions a few units of roundoff of |x|^2 + |y|^2.

@@ -35,6 +35,8 @@ pub(crate) struct Candidates {
     pub incomplete: Vec<bool>,
     /// Rows whose candidates came at least once from a shortlist of the GPU's bound filter.
     pub shortlisted: usize,
+    /// Whether the backend allocated buffers for this call rather than reusing its last ones.
+    pub buffers_allocated: bool,
     /// Whether the graph was swept in symmetric blocks (every distance computed once).
     pub symmetric: bool,
     /// Whether pairs listed by both their rows had their exact key computed once.
@@ -170,7 +172,9 @@ pub(crate) fn refine(
             None => (q.metric.rank_key_f64(q.vector, q.corpus.row(j as usize)), j),
         })
         .collect();
-    let complete = exact.len() >= available || exact.len() < ids.len();
+    // Padding means the backend found fewer candidates than asked: all there are, unless keys
+    // may have overflowed to +inf (an infinite bound), as padding and the query itself are.
+    let complete = exact.len() >= available || (exact.len() < ids.len() && error_bound.is_finite());
     if exact.len() < q.k {
         return if complete { Some(top_k(exact, q.k)) } else { None };
     }

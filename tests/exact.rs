@@ -47,8 +47,11 @@ fn run_cases(knn: &Knn, cases: Vec<Case>, default_budget: bool, shortlists: bool
         if shortlists && case.k <= SHORTLIST_MAX_K {
             assert!(stats.rows_shortlisted > 0, "{label}: no row took candidates from a shortlist");
         }
-        // The float64 brute force is a safety net, not a path that may carry a test.
-        assert_eq!(stats.rows_brute_forced, 0, "{label}: the backend failed to select rows");
+        // The float64 brute force is a safety net, not a path that may carry a test, except
+        // for rows whose fp32 keys overflow: by design the host answers those.
+        if !case.name.contains("f32's range") {
+            assert_eq!(stats.rows_brute_forced, 0, "{label}: the backend failed to select rows");
+        }
     }
 }
 
@@ -231,6 +234,15 @@ fn run_symmetric(no_subgroups: bool) {
         }
         if case.name.contains("cluster around row 0") {
             assert!(stats.rows_overflowed > 0, "{label}: no column-side shortlist overflowed");
+        }
+        if case.name.contains("centre of a sphere") {
+            // Its second round ran in the sweep's buffers; the next call of the same shape
+            // finds them as its plan wants them.
+            assert!(stats.rounds > 1 && stats.rows_widened < 20, "{label}: not a small second round");
+            let again = knn.graph(case.corpus.view(), case.k, case.metric).unwrap();
+            check(&label, &case.corpus, &case.corpus, case.k, case.metric, true, &again);
+            let stats = knn.last_run();
+            assert_eq!(stats.tile_buffer_allocations, 0, "{label}: the same shape allocated tile buffers again");
         }
         assert_eq!(stats.rows_brute_forced, 0, "{label}: the backend failed to select rows");
     }

@@ -193,6 +193,7 @@ impl CorpusSession<'_> {
             failed: vec![false; nq],
             incomplete: Vec::new(),
             shortlisted: 0,
+            buffers_allocated: false,
             symmetric: false,
             shared_keys: false,
             exact: None,

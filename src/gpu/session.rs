@@ -620,12 +620,13 @@ impl CorpusSession<'_> {
             Some((_, earlier)) => {
                 // A later round has fewer rows and longer lists: in query tiles small enough,
                 // it runs in the buffers of the round before. Allocating (and first touching)
-                // new ones took 100-200 ms on an H100 where the round itself took 1 ms, and the
-                // next call of the first round's shape paid as much again.
+                // new ones took 100-200 ms on an H100 where the round itself took 1 ms. The
+                // set keeps the sizes it was made with, so the next call of the first round's
+                // shape (symmetric sweeps included) finds it as planned.
                 let mut query_rows = tiles.query_rows;
                 let fewest = query_rows.min(MIN_REUSED_QUERY_ROWS);
-                let mut within = None;
-                while !tiles.symmetric && query_rows >= fewest {
+                let mut within = earlier.sizes.hold(&TileSizes::of(gpu, d, &key)).then_some(key);
+                while within.is_none() && !tiles.symmetric && query_rows >= fewest {
                     let Ok(capped) = plan_with(plan::TileCaps { query: query_rows, ..gpu.tile_caps }) else {
                         break;
                     };
@@ -672,6 +673,7 @@ impl CorpusSession<'_> {
             failed: vec![false; nq],
             incomplete: if tiles.symmetric { vec![false; nq] } else { Vec::new() },
             shortlisted: 0,
+            buffers_allocated: !reused,
             symmetric: tiles.symmetric,
             shared_keys: buffers.shared_keys,
             ranked: certify.map(|c| BackendRanked {

@@ -232,6 +232,23 @@ pub fn cases() -> Vec<Case> {
         5,
         Metric::InnerProduct,
     );
+    // Squared distances and inner products at or beyond the edge of f32's range: fp32 keys
+    // that may be +inf, like the padding, prove nothing, and the host answers the rows
+    // (`key_error_bound`).
+    add(
+        "euclidean: rows of 9e17, d=1024, keys beyond f32's range".into(),
+        scaled(random(&mut rng, 100, 1024, 0.0), 9e17),
+        None,
+        5,
+        Metric::Euclidean,
+    );
+    add(
+        "inner_product: rows of 5e17 to 1e18, d=1024, keys at the edge of f32's range".into(),
+        scaled(random(&mut rng, 100, 1024, 1.0), 5e17),
+        None,
+        5,
+        Metric::InnerProduct,
+    );
     for s in 0..6 {
         let n = rng.random_range(2..260usize);
         let d = rng.random_range(2..40usize);
@@ -279,6 +296,23 @@ pub fn symmetric_cases() -> Vec<Case> {
         queries: None,
         k: 30,
         metric: Metric::Correlation,
+    });
+    // A point at the centre of a sphere of 64 points: its neighbours are equidistant to fp32
+    // rounding, so its certificate fails and it alone takes a second round.
+    let mut sphere = random(&mut rng, 1200, 16, 0.0).into_vec();
+    let centre: Vec<f32> = (0..16).map(|j| if j == 0 { 50.0 } else { 0.0 }).collect();
+    sphere.extend(&centre);
+    for _ in 0..64 {
+        let dir: Vec<f32> = (0..16).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let norm = dir.iter().map(|v| v * v).sum::<f32>().sqrt();
+        sphere.extend(dir.iter().zip(&centre).map(|(v, c)| c + v / norm));
+    }
+    cases.push(Case {
+        name: "euclidean: graph n=1265 d=16 k=5, the centre of a sphere".into(),
+        corpus: Matrix::new(sphere, 1265, 16).unwrap(),
+        queries: None,
+        k: 5,
+        metric: Metric::Euclidean,
     });
     cases.push(Case {
         name: "euclidean: graph n=1500 d=3 k=4, a cluster around row 0 after 600 spread rows".into(),

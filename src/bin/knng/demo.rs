@@ -125,7 +125,7 @@ pub fn bench(a: BenchArgs) -> Outcome {
             "{{\"what\":\"{what}\",\"n\":{n},\"queries\":{nq},\"d\":{d},\"k\":{k},\"metric\":\"{metric}\",\
              \"backend\":{},\"init_s\":{init:.6},\"seconds\":{best:.6},\"repeat\":{},\"rows_per_s\":{:.1},\
              \"gflops\":{gflops:.3},\"rounds\":{},\"rows_widened\":{},\"rows_brute_forced\":{},\
-             \"rows_in_symmetric_blocks\":{},\"rows_overflowed\":{},\"prepare_s\":{:.6},\"candidates_s\":{:.6},\"refine_s\":{:.6},\"gpu\":{}}}",
+             \"rows_in_symmetric_blocks\":{},\"rows_overflowed\":{},\"tile_buffer_allocations\":{},\"prepare_s\":{:.6},\"candidates_s\":{:.6},\"refine_s\":{:.6},\"gpu\":{}}}",
             json_string(&knn.description()),
             a.repeat,
             nq as f64 / best,
@@ -134,6 +134,7 @@ pub fn bench(a: BenchArgs) -> Outcome {
             stats.rows_brute_forced,
             stats.rows_in_symmetric_blocks,
             stats.rows_overflowed,
+            stats.tile_buffer_allocations,
             stats.prepare_seconds,
             stats.candidate_seconds,
             stats.refine_seconds,
