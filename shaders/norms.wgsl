@@ -33,27 +33,15 @@ const WG: u32 = 64u;
 
 var<workgroup> partial: array<f32, WG>;
 
-// Largest of one value per invocation; every invocation gets it.
-fn workgroup_max(v: f32, lid: u32) -> f32 {
+// Sum, or with `largest` the largest, of one value per invocation; every invocation gets it.
+fn workgroup_reduce(v: f32, lid: u32, largest: bool) -> f32 {
     partial[lid] = v;
     workgroupBarrier();
     for (var step = WG / 2u; step > 0u; step = step / 2u) {
         if (lid < step) {
-            partial[lid] = max(partial[lid], partial[lid + step]);
-        }
-        workgroupBarrier();
-    }
-    let m = workgroupUniformLoad(&partial[0]);
-    return m;
-}
-
-// Sum of one value per invocation; every invocation gets the total.
-fn workgroup_sum(v: f32, lid: u32) -> f32 {
-    partial[lid] = v;
-    workgroupBarrier();
-    for (var step = WG / 2u; step > 0u; step = step / 2u) {
-        if (lid < step) {
-            partial[lid] = partial[lid] + partial[lid + step];
+            let a = partial[lid];
+            let b = partial[lid + step];
+            partial[lid] = select(a + b, max(a, b), largest);
         }
         workgroupBarrier();
     }
@@ -91,7 +79,7 @@ fn prepare_rows(
         for (var j = lid; j < params.dim; j += WG) {
             peak = max(peak, abs(raw[base + j]));
         }
-        peak = workgroup_max(peak, lid);
+        peak = workgroup_reduce(peak, lid, true);
         workgroupBarrier();
         // Rows without a value of normal magnitude are refused on the host.
         if (peak > 0.0) {
@@ -104,7 +92,7 @@ fn prepare_rows(
         for (var j = lid; j < params.dim; j += WG) {
             s += raw[base + j] * pre;
         }
-        mean = workgroup_sum(s, lid) / f32(params.dim);
+        mean = workgroup_reduce(s, lid, false) / f32(params.dim);
         workgroupBarrier();
     }
 
@@ -113,7 +101,7 @@ fn prepare_rows(
         let v = value_at(base, j, pre, mean);
         ss += v * v;
     }
-    let sq = workgroup_sum(ss, lid);
+    let sq = workgroup_reduce(ss, lid, false);
 
     var scale = 1.0;
     if (params.mode == 1u || params.mode == 2u) {

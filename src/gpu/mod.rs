@@ -47,6 +47,7 @@ const GROUPED_ROWS: usize = 32;
 const REFINE_WG: usize = 64;
 /// Invocations per candidate of `exact_keys_grouped` over rows read one value at a time.
 const SCALAR_REFINE_GROUP: usize = 8;
+const _: () = assert!(SCALAR_REFINE_GROUP.is_power_of_two() && REFINE_WG.is_multiple_of(8));
 
 /// Invocations per candidate of `exact_keys_grouped` over rows of `dim4` vec4s: the most, up to
 /// 8, that leave each at least 8 vec4s to read. More invocations per candidate mean more
@@ -921,6 +922,5 @@ mod tests {
         let widths: Vec<usize> = [8, 15, 16, 31, 32, 50, 63].into_iter().map(refine_group).collect();
         assert_eq!(widths, [1, 1, 2, 2, 4, 4, 4]);
         assert_eq!(refine_group(64), 8);
-        assert!(SCALAR_REFINE_GROUP.is_power_of_two() && REFINE_WG.is_multiple_of(8));
     }
 }

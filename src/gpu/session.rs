@@ -1099,7 +1099,7 @@ impl CorpusSession<'_> {
             } else if d >= GROUPED_ROWS {
                 (Step::RefineGrouped, (rows * kc).div_ceil(REFINE_WG / group))
             } else {
-                (Step::Refine, (rows * kc).div_ceil(64))
+                (Step::Refine, (rows * kc).div_ceil(REFINE_WG))
             };
             let (gx, gy) = grid(groups, gpu.max_groups);
             let mut params = ParamSlots::default();
