@@ -163,6 +163,11 @@ pub(crate) fn prepare_row(row: &[f32], shift: &[f32], metric: Metric, out: &mut 
     }
 }
 
+/// The float64 norm of each row, for cosine keys computed from one sum on the GPU.
+pub(crate) fn row_norms(m: MatrixRef<'_>) -> Vec<f64> {
+    (0..m.rows()).into_par_iter().map(|i| m.row(i).iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt()).collect()
+}
+
 /// The float64 statistics of each row (see [`RowStats::scale`]).
 pub(crate) fn row_stats(m: MatrixRef<'_>, shift: &[f32], metric: Metric) -> RowStats {
     let d = m.cols();

@@ -210,6 +210,8 @@ struct RefineParams {
     mutual: u32,
     /// Invocations per candidate of `exact_keys_grouped` ([`refine_group`]).
     group: u32,
+    /// The tile's first query row in the query rows' float64 norms (cosine).
+    norm_base: u32,
 }
 
 /// Bytes bound for each parameter block: the largest of them.
@@ -435,7 +437,7 @@ impl GpuEngine {
             None
         };
         let refine = if ctx.f64 {
-            let slots = [RO, RO, RO, RW];
+            let slots = [RO, RO, RO, RW, RO, RO];
             Some(ctx.allocating(|| {
                 let scalar = shaders::refine(false);
                 let module = shader_module(&ctx, "refine", &scalar, Checks::Checked);

@@ -13,6 +13,7 @@ use crate::data::MatrixRef;
 use crate::error::Result;
 use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, TilePlan};
+use crate::prepare;
 use crate::refine::{found, order_ties_by_index, BackendRanked, Candidates, Certify, NONE};
 
 /// Query tiles a round may be cut into so that it runs in the buffers already allocated
@@ -114,6 +115,7 @@ impl GpuEngine {
             shift: shift_buf,
             resident: Vec::new(),
             raw_corpus: buffers.raw,
+            exact_norms: None,
         };
         for chunk in buffers.prepared {
             session.prepare_chunk(&chunk, session.raw_corpus.as_ref(), raw_written)?;
@@ -160,6 +162,9 @@ pub(crate) struct CorpusSession<'a> {
     resident: Vec<PreparedRows>,
     /// The original corpus rows, for exact re-ranking on the GPU.
     raw_corpus: Option<wgpu::Buffer>,
+    /// Cosine keys re-ranked on the GPU: the float64 norms of the corpus rows and of the
+    /// current round's query rows (the same buffer when those are the corpus rows).
+    exact_norms: Option<(wgpu::Buffer, wgpu::Buffer)>,
 }
 
 impl Drop for CorpusSession<'_> {
@@ -600,6 +605,18 @@ impl CorpusSession<'_> {
             None => plan_with(gpu.tile_caps)?,
         };
         let gpu_exact = self.raw_corpus.is_some();
+        if gpu_exact && self.metric == Metric::Cosine && gpu.refine.is_some() {
+            let corpus_norms = match self.exact_norms.take() {
+                Some((corpus_norms, _)) => corpus_norms,
+                None => gpu.upload("corpus norms (f64)", bytemuck::cast_slice(&prepare::row_norms(self.corpus)))?,
+            };
+            let query_norms = if queries_are_corpus {
+                corpus_norms.clone()
+            } else {
+                gpu.upload("query norms (f64)", bytemuck::cast_slice(&prepare::row_norms(queries)))?
+            };
+            self.exact_norms = Some((corpus_norms, query_norms));
+        }
         let started = std::time::Instant::now();
         // Ranking on the GPU needs its exact keys.
         let certify = certify.filter(|_| gpu_exact && gpu.certify.is_some());
@@ -1117,14 +1134,27 @@ impl CorpusSession<'_> {
                 row_base: if mutual { q0 as u32 } else { 0 },
                 mutual: mutual as u32,
                 group: group as u32,
+                norm_base: q0 as u32,
             };
             let offset = params.push(refine_params);
             // Shared keys read other rows' lists and keys: every row's are bound.
+            // Metrics other than cosine read no norms: the corpus rows stand in for them.
+            let (query_norms, corpus_norms) = match &self.exact_norms {
+                Some((corpus_norms, query_norms)) => (query_norms, corpus_norms),
+                None => (raw_corpus, raw_corpus),
+            };
             let bind = bind_group_at(
                 device,
                 &refine.narrow.layout,
                 &b.uniform,
-                &[(&b.raw_queries, 0), (raw_corpus, 0), (&b.candidates, if mutual { 0 } else { lists_at }), (keys, 0)],
+                &[
+                    (&b.raw_queries, 0),
+                    (raw_corpus, 0),
+                    (&b.candidates, if mutual { 0 } else { lists_at }),
+                    (keys, 0),
+                    (query_norms, 0),
+                    (corpus_norms, 0),
+                ],
             );
             let mut jobs = vec![Job { step, offset, groups: (gx, gy), bind: &bind }];
             if mutual {

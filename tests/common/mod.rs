@@ -356,6 +356,15 @@ pub fn larger_cases() -> Vec<Case> {
             metric: Metric::Euclidean,
         },
         Case {
+            // Query tiles after the first read their rows' float64 norms from their offset
+            // (cosine keys on the GPU take the norms from the host).
+            name: "cosine: graph n=1200 d=40 k=12".into(),
+            corpus: random(&mut rng, 1200, 40, 0.5),
+            queries: None,
+            k: 12,
+            metric: Metric::Cosine,
+        },
+        Case {
             name: "inner_product: graph n=2500 d=33 k=1".into(),
             corpus: random(&mut rng, 2500, 33, 0.0),
             queries: None,
