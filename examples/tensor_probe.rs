@@ -18,17 +18,27 @@
 
 use std::time::Instant;
 
-fn shader_direct(wm: usize, wn: usize, warps_m: usize, warps_n: usize) -> String {
+/// Bindings, workgroup arrays and the start of the entry point shared by both forms: the
+/// tile's norms in workgroup memory, the subgroup's place in the tile, zeroed accumulators.
+/// `staged`: the element type and row length of workgroup tiles of both operands.
+fn prologue(wm: usize, wn: usize, warps_m: usize, warps_n: usize, rows: &str, staged: Option<(&str, usize)>) -> String {
     let warps = warps_m * warps_n;
-    let tm = 16 * wm * warps_m;
-    let tn = 16 * wn * warps_n;
+    let (tm, tn, threads) = (16 * wm * warps_m, 16 * wn * warps_n, warps * 32);
+    let tiles = match staged {
+        Some((elem, row)) => format!(
+            "var<workgroup> ta: array<{elem}, {}>;\nvar<workgroup> tb: array<{elem}, {}>;\n",
+            tm * row,
+            tn * row
+        ),
+        None => String::new(),
+    };
     let mut s = format!(
         "enable f16;
 enable wgpu_cooperative_matrix;
 
 struct Params {{ m: u32, n: u32, k: u32, write_keys: u32, threshold: f32, p0: u32, p1: u32, p2: u32 }}
-@group(0) @binding(0) var<storage, read> a: array<f16>;
-@group(0) @binding(1) var<storage, read> b: array<f16>;
+@group(0) @binding(0) var<storage, read> a: array<{rows}>;
+@group(0) @binding(1) var<storage, read> b: array<{rows}>;
 @group(0) @binding(2) var<storage, read> norms_a: array<f32>;
 @group(0) @binding(3) var<storage, read> norms_b: array<f32>;
 @group(0) @binding(4) var<storage, read_write> keys: array<f32>;
@@ -36,7 +46,7 @@ struct Params {{ m: u32, n: u32, k: u32, write_keys: u32, threshold: f32, p0: u3
 @group(0) @binding(6) var<uniform> p: Params;
 @group(0) @binding(7) var<storage, read> zeros: array<f32>;
 
-var<workgroup> scratch: array<f32, {scratch}>;
+{tiles}var<workgroup> scratch: array<f32, {scratch}>;
 var<workgroup> row_norm: array<f32, {tm}>;
 var<workgroup> col_norm: array<f32, {tn}>;
 
@@ -50,15 +60,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     for (var i = lid; i < {tn}u; i += {threads}u) {{ col_norm[i] = norms_b[n0 + i]; }}
     let wr = (warp / {warps_n}u) * {wrows}u;
     let wc = (warp % {warps_n}u) * {wcols}u;
-    let stride = p.k;
     let zero_at = 0u;
     let zs = 16u;
 ",
         scratch = warps * wn * 256,
-        tm = tm,
-        tn = tn,
-        threads = warps * 32,
-        warps_n = warps_n,
         wrows = 16 * wm,
         wcols = 16 * wn,
     );
@@ -67,6 +72,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             s += &format!("    var c{i}_{j} = coopLoad<coop_mat16x16<f32, C>>(&zeros[zero_at], zs);\n");
         }
     }
+    s
+}
+
+fn shader_direct(wm: usize, wn: usize, warps_m: usize, warps_n: usize) -> String {
+    let mut s = prologue(wm, wn, warps_m, warps_n, "f16", None);
+    s += "    let stride = p.k;\n";
     s += "    for (var k0 = 0u; k0 < p.k; k0 += 16u) {\n";
     for i in 0..wm {
         s += &format!("        let ao{i} = (m0 + wr + {}u) * stride + k0;\n", 16 * i);
@@ -76,18 +87,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         s += &format!("        let bo{j} = (n0 + wc + {}u) * stride + k0;\n", 16 * j);
         s += &format!("        let b{j} = coopLoad<coop_mat16x16<f16, B>>(&b[bo{j}], stride);\n");
     }
+    multiply_add(&mut s, wm, wn, "");
+    s += "    }\n";
+    end_products(&mut s, wn);
     for i in 0..wm {
-        for j in 0..wn {
-            s += &format!("        c{i}_{j} = coopMultiplyAdd(a{i}, b{j}, c{i}_{j});\n");
-        }
-    }
-    s += "    }\n    workgroupBarrier();\n    var count = 0u;\n";
-    s += &format!("    let soff = warp * {}u;\n", wn * 256);
-    for i in 0..wm {
-        for j in 0..wn {
-            s += &format!("    let so{i}_{j} = soff + {}u;\n", j * 256);
-            s += &format!("    coopStore(c{i}_{j}, &scratch[so{i}_{j}], zs);\n");
-        }
+        store_accumulators(&mut s, i, wn);
         s += &format!(
             "    workgroupBarrier();
     for (var e = 0u; e < {per_lane}u; e++) {{
@@ -132,58 +136,8 @@ fn shader_staged(
     let (la, lb) = (tm * 8 / threads, tn * 8 / threads);
     assert!(la * threads == tm * 8 && lb * threads == tn * 8);
     let sync = if sub_barrier { "subgroupBarrier()" } else { "workgroupBarrier()" };
-    let mut s = format!(
-        "enable f16;
-enable wgpu_cooperative_matrix;
-
-struct Params {{ m: u32, n: u32, k: u32, write_keys: u32, threshold: f32, p0: u32, p1: u32, p2: u32 }}
-@group(0) @binding(0) var<storage, read> a: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> b: array<vec4<f16>>;
-@group(0) @binding(2) var<storage, read> norms_a: array<f32>;
-@group(0) @binding(3) var<storage, read> norms_b: array<f32>;
-@group(0) @binding(4) var<storage, read_write> keys: array<f32>;
-@group(0) @binding(5) var<storage, read_write> below: array<atomic<u32>>;
-@group(0) @binding(6) var<uniform> p: Params;
-@group(0) @binding(7) var<storage, read> zeros: array<f32>;
-
-var<workgroup> ta: array<{elem}, {ta_len}>;
-var<workgroup> tb: array<{elem}, {tb_len}>;
-var<workgroup> scratch: array<f32, {scratch}>;
-var<workgroup> row_norm: array<f32, {tm}>;
-var<workgroup> col_norm: array<f32, {tn}>;
-
-@compute @workgroup_size({threads})
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
-    let warp = lid / 32u;
-    let lane = lid % 32u;
-    let m0 = wg.y * {tm}u;
-    let n0 = wg.x * {tn}u;
-    for (var i = lid; i < {tm}u; i += {threads}u) {{ row_norm[i] = norms_a[m0 + i]; }}
-    for (var i = lid; i < {tn}u; i += {threads}u) {{ col_norm[i] = norms_b[n0 + i]; }}
-    let wr = (warp / {warps_n}u) * {wrows}u;
-    let wc = (warp % {warps_n}u) * {wcols}u;
-    let k4 = p.k / 4u;
-    let zero_at = 0u;
-    let zs = 16u;
-    let stride = {row}u;
-",
-        elem = elem,
-        ta_len = tm * row,
-        tb_len = tn * row,
-        scratch = warps * wn * 256,
-        tm = tm,
-        tn = tn,
-        threads = threads,
-        warps_n = warps_n,
-        wrows = 16 * wm,
-        wcols = 16 * wn,
-        row = row,
-    );
-    for i in 0..wm {
-        for j in 0..wn {
-            s += &format!("    var c{i}_{j} = coopLoad<coop_mat16x16<f32, C>>(&zeros[zero_at], zs);\n");
-        }
-    }
+    let mut s = prologue(wm, wn, warps_m, warps_n, "vec4<f16>", Some((elem, row)));
+    s += &format!("    let k4 = p.k / 4u;\n    let stride = {row}u;\n");
     // Global loads of one 32-deep slice: invocation lid takes pieces lid + threads * t, piece
     // q of a tile being row q / 8, vec4 q % 8.
     let load = |s: &mut String, k0: &str| {
@@ -239,19 +193,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             s += &format!("        let bo{j}_{kk} = (wc + {}u) * stride + {}u;\n", 16 * j, kk / unit);
             s += &format!("        let b{j}_{kk} = coopLoad<coop_mat16x16<f16, B>>(&tb[bo{j}_{kk}], stride);\n");
         }
-        for i in 0..wm {
-            for j in 0..wn {
-                s += &format!("        c{i}_{j} = coopMultiplyAdd(a{i}_{kk}, b{j}_{kk}, c{i}_{j});\n");
-            }
-        }
+        multiply_add(&mut s, wm, wn, &format!("_{kk}"));
     }
-    s += "    }\n    workgroupBarrier();\n    var count = 0u;\n";
-    s += &format!("    let soff = warp * {}u;\n", wn * 256);
+    s += "    }\n";
+    end_products(&mut s, wn);
     for i in 0..wm {
-        for j in 0..wn {
-            s += &format!("    let so{i}_{j} = soff + {}u;\n", j * 256);
-            s += &format!("    coopStore(c{i}_{j}, &scratch[so{i}_{j}], zs);\n");
-        }
+        store_accumulators(&mut s, i, wn);
         s += &format!("    {sync};\n");
         for e in 0..wn * 8 {
             if keys_only && e % 8 != 0 {
@@ -278,6 +225,30 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     s += "    atomicAdd(&below[0], count);\n}\n";
     s
+}
+
+/// Every accumulator += its row's A fragment times its column's B fragment (`a{i}{suffix}`,
+/// `b{j}{suffix}`).
+fn multiply_add(s: &mut String, wm: usize, wn: usize, suffix: &str) {
+    for i in 0..wm {
+        for j in 0..wn {
+            *s += &format!("        c{i}_{j} = coopMultiplyAdd(a{i}{suffix}, b{j}{suffix}, c{i}_{j});\n");
+        }
+    }
+}
+
+/// After the k loop: the key count and the subgroup's part of `scratch`.
+fn end_products(s: &mut String, wn: usize) {
+    *s += "    workgroupBarrier();\n    var count = 0u;\n";
+    *s += &format!("    let soff = warp * {}u;\n", wn * 256);
+}
+
+/// Accumulator row `i` of the subgroup stored column-major to its part of `scratch`.
+fn store_accumulators(s: &mut String, i: usize, wn: usize) {
+    for j in 0..wn {
+        *s += &format!("    let so{i}_{j} = soff + {}u;\n", j * 256);
+        *s += &format!("    coopStore(c{i}_{j}, &scratch[so{i}_{j}], zs);\n");
+    }
 }
 
 /// f16 bits of a multiple of 1/8 in [-1, 1] (exact, so no rounding is needed).
