@@ -7,11 +7,11 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::error::{Error, Result};
+
 /// How long [`Context::wait_for`] checks a submission without blocking before it sleeps:
 /// longer than the select-only benchmark's submissions, short against a graph's.
 const SPIN: Duration = Duration::from_millis(5);
-
-use crate::error::{Error, Result};
 
 /// Errors reported by wgpu callbacks since the last check.
 #[derive(Default)]

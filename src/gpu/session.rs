@@ -1137,12 +1137,12 @@ impl CorpusSession<'_> {
                 norm_base: q0 as u32,
             };
             let offset = params.push(refine_params);
-            // Shared keys read other rows' lists and keys: every row's are bound.
             // Metrics other than cosine read no norms: the corpus rows stand in for them.
             let (query_norms, corpus_norms) = match &self.exact_norms {
                 Some((corpus_norms, query_norms)) => (query_norms, corpus_norms),
                 None => (raw_corpus, raw_corpus),
             };
+            // Shared keys read other rows' lists and keys: every row's are bound.
             let bind = bind_group_at(
                 device,
                 &refine.narrow.layout,
