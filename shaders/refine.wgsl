@@ -46,15 +46,8 @@ const NONE: u32 = 0xffffffffu;
 @group(0) @binding(5) var<storage, read> query_norms: array<f64>;
 @group(0) @binding(6) var<storage, read> corpus_norms: array<f64>;
 
-// The ranking key from the sums of `partial_sums`: (sum (x - y)^2, sum x y, sum x^2, sum y^2),
-// each only where the metric's key uses it.
-fn key_of(s: vec4<f64>) -> f64 {
-    if (params.mode == 0u) {
-        return s.x;
-    }
-    if (params.mode == 3u) {
-        return -s.y;
-    }
+// The correlation key from `partial_sums` of centred rows: (_, sum x y, sum x^2, sum y^2).
+fn correlation_key(s: vec4<f64>) -> f64 {
     return 1.0lf - s.y / (sqrt(s.z) * sqrt(s.w));
 }
 
@@ -97,8 +90,8 @@ fn group_sum_one(v: f64, lid: u32, width: u32) -> f64 {
 }
 
 // The key of corpus row `id` for the tile's query row `q`, summed by the `width` invocations
-// of a group, this one being `lane`: `partial_sums` over the strided part of the rows, then
-// the group's total. Correlation first centres both rows on their means.
+// of a group, this one being `lane`: sums over the strided part of the rows, then the
+// group's total. Correlation first sums both rows for their means, then the centred sums.
 fn group_key(q: u32, id: u32, lid: u32, lane: u32, width: u32, live: bool) -> f64 {
     let qb = row_start(q);
     let cb = row_start(id);
@@ -119,22 +112,18 @@ fn group_key(q: u32, id: u32, lid: u32, lane: u32, width: u32, live: bool) -> f6
         }
         return select(-total, total, params.mode == 0u);
     }
-    var mx: f64 = 0.0lf;
-    var my: f64 = 0.0lf;
-    if (params.mode == 2u) {
-        var sums = vec4<f64>(0.0lf);
-        if (live) {
-            sums = partial_sums(qb, cb, lane, width, true, 0.0lf, 0.0lf);
-        }
-        let s = group_sum(sums, lid, width);
-        mx = s.x / f64(params.dim);
-        my = s.y / f64(params.dim);
+    var row_sums = vec4<f64>(0.0lf);
+    if (live) {
+        row_sums = partial_sums(qb, cb, lane, width, true, 0.0lf, 0.0lf);
     }
+    let s = group_sum(row_sums, lid, width);
+    let mx = s.x / f64(params.dim);
+    let my = s.y / f64(params.dim);
     var sums = vec4<f64>(0.0lf);
     if (live) {
         sums = partial_sums(qb, cb, lane, width, false, mx, my);
     }
-    return key_of(group_sum(sums, lid, width));
+    return correlation_key(group_sum(sums, lid, width));
 }
 
 // Query rows whose same slots run side by side in `exact_keys_wide`.

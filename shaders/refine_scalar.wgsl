@@ -8,25 +8,15 @@ fn row_start(row: u32) -> u32 {
     return row * params.dim;
 }
 
-// Sums over the dimensions j = first, first + step, ... of the query row at `qb` and the
-// corpus row at `cb`: with `row_sums` the plain sums of each row (for correlation's means),
-// else centred on (mx, my): (sum (x - y)^2, sum x y, sum x^2, sum y^2), each only where the
-// metric's key uses it (the others stay 0): f64 arithmetic runs at a fraction of f32's.
+// Correlation's sums over the dimensions j = first, first + step, ... of the query row at
+// `qb` and the corpus row at `cb`: with `row_sums` the plain sums of each row (x, y: for the
+// means), else of the rows centred on (mx, my): (0, sum x y, sum x^2, sum y^2).
 fn partial_sums(qb: u32, cb: u32, first: u32, step: u32, row_sums: bool, mx: f64, my: f64) -> vec4<f64> {
     var s = vec4<f64>(0.0lf);
     if (row_sums) {
         for (var j = first; j < params.dim; j += step) {
             s.x += f64(queries[qb + j]);
             s.y += f64(corpus[cb + j]);
-        }
-    } else if (params.mode == 0u) {
-        for (var j = first; j < params.dim; j += step) {
-            let diff = f64(queries[qb + j]) - f64(corpus[cb + j]);
-            s.x += diff * diff;
-        }
-    } else if (params.mode == 3u) {
-        for (var j = first; j < params.dim; j += step) {
-            s.y += f64(queries[qb + j]) * f64(corpus[cb + j]);
         }
     } else {
         for (var j = first; j < params.dim; j += step) {
@@ -40,10 +30,22 @@ fn partial_sums(qb: u32, cb: u32, first: u32, step: u32, row_sums: bool, mx: f64
     return s;
 }
 
-// The one sum of `partial_sums` that the euclidean key or the inner product needs.
+// The one sum that the euclidean key (sum (x - y)^2) or the inner product and cosine keys
+// (sum x y; cosine's norms come from the host) need, over the same dimensions as
+// `partial_sums`: f64 arithmetic runs at a fraction of f32's, so no other sum is taken.
 fn single_sum(qb: u32, cb: u32, first: u32, step: u32) -> f64 {
-    let s = partial_sums(qb, cb, first, step, false, 0.0lf, 0.0lf);
-    return select(s.y, s.x, params.mode == 0u);
+    var s = 0.0lf;
+    if (params.mode == 0u) {
+        for (var j = first; j < params.dim; j += step) {
+            let diff = f64(queries[qb + j]) - f64(corpus[cb + j]);
+            s += diff * diff;
+        }
+    } else {
+        for (var j = first; j < params.dim; j += step) {
+            s += f64(queries[qb + j]) * f64(corpus[cb + j]);
+        }
+    }
+    return s;
 }
 
 // One invocation per (query row, candidate), for short rows.
@@ -60,12 +62,17 @@ fn exact_keys(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let qb = row_start(t / params.kc);
     let cb = row_start(id);
-    var mx: f64 = 0.0lf;
-    var my: f64 = 0.0lf;
-    if (params.mode == 2u) {
-        let s = partial_sums(qb, cb, 0u, 1u, true, 0.0lf, 0.0lf);
-        mx = s.x / f64(params.dim);
-        my = s.y / f64(params.dim);
+    if (params.mode != 2u) {
+        let one = single_sum(qb, cb, 0u, 1u);
+        if (params.mode == 1u) {
+            keys[t] = 1.0lf - one / (query_norms[params.norm_base + t / params.kc] * corpus_norms[id]);
+        } else {
+            keys[t] = select(-one, one, params.mode == 0u);
+        }
+        return;
     }
-    keys[t] = key_of(partial_sums(qb, cb, 0u, 1u, false, mx, my));
+    let s = partial_sums(qb, cb, 0u, 1u, true, 0.0lf, 0.0lf);
+    let mx = s.x / f64(params.dim);
+    let my = s.y / f64(params.dim);
+    keys[t] = correlation_key(partial_sums(qb, cb, 0u, 1u, false, mx, my));
 }

@@ -17,15 +17,8 @@ fn row_start(row: u32) -> u32 {
     return row * (params.dim / 4u);
 }
 
-// The sums of `partial_sums` over one vec4 of each row.
+// The centred sums of `partial_sums` over one vec4 of each row.
 fn sums4(x: vec4<f32>, y: vec4<f32>, mx: f64, my: f64) -> vec4<f64> {
-    if (params.mode == 0u) {
-        let diff = vec4<f64>(x) - vec4<f64>(y);
-        return vec4<f64>(dot(diff, diff), 0.0lf, 0.0lf, 0.0lf);
-    }
-    if (params.mode == 3u) {
-        return vec4<f64>(0.0lf, dot(vec4<f64>(x), vec4<f64>(y)), 0.0lf, 0.0lf);
-    }
     let cx = vec4<f64>(x) - vec4<f64>(mx);
     let cy = vec4<f64>(y) - vec4<f64>(my);
     return vec4<f64>(0.0lf, dot(cx, cy), dot(cx, cx), dot(cy, cy));
@@ -65,8 +58,8 @@ fn partial_sums(qb: u32, cb: u32, first: u32, step: u32, row_sums: bool, mx: f64
     return s;
 }
 
-// The one sum of `partial_sums` that the euclidean key (sum (x - y)^2) or the inner product
-// (sum x y) needs, over the same vec4s. The loads repeat those of `partial_sums` rather than
+// The one sum that the euclidean key (sum (x - y)^2) or the inner product and cosine keys
+// (sum x y) need, over the vec4s `partial_sums` reads. The loads repeat those of `partial_sums` rather than
 // come from a helper returning the arrays: this kernel's speed is its registers per
 // invocation, and the shared form is unmeasured.
 fn single_sum(qb: u32, cb: u32, first: u32, step: u32) -> f64 {
