@@ -46,8 +46,9 @@ const NONE: u32 = 0xffffffffu;
 @group(0) @binding(5) var<storage, read> query_norms: array<f64>;
 @group(0) @binding(6) var<storage, read> corpus_norms: array<f64>;
 
-// The correlation key from `partial_sums` of centred rows: (_, sum x y, sum x^2, sum y^2).
-fn correlation_key(s: vec4<f64>) -> f64 {
+// 1 - x.y / (|x| |y|) from `partial_sums` of rows (centred for correlation): (_, sum x y,
+// sum x^2, sum y^2).
+fn normalised_key(s: vec4<f64>) -> f64 {
     return 1.0lf - s.y / (sqrt(s.z) * sqrt(s.w));
 }
 
@@ -123,7 +124,7 @@ fn group_key(q: u32, id: u32, lid: u32, lane: u32, width: u32, live: bool) -> f6
     if (live) {
         sums = partial_sums(qb, cb, lane, width, false, mx, my);
     }
-    return correlation_key(group_sum(sums, lid, width));
+    return normalised_key(group_sum(sums, lid, width));
 }
 
 // Query rows whose same slots run side by side in `exact_keys_wide`.
