@@ -45,9 +45,7 @@ const DISCRETE_BUDGET: u64 = 4 << 30;
 const GROUPED_ROWS: usize = 32;
 /// Invocations in a workgroup of refine.wgsl (`WG`).
 const REFINE_WG: usize = 64;
-/// Invocations per candidate of `exact_keys_grouped` over rows read one value at a time.
-const SCALAR_REFINE_GROUP: usize = 8;
-const _: () = assert!(SCALAR_REFINE_GROUP.is_power_of_two() && REFINE_WG.is_multiple_of(8));
+const _: () = assert!(REFINE_WG.is_multiple_of(8));
 
 /// Invocations per candidate of `exact_keys_grouped` over rows of `dim4` vec4s: the most, up to
 /// 8, that leave each at least 8 vec4s to read. More invocations per candidate mean more
@@ -57,6 +55,20 @@ const _: () = assert!(SCALAR_REFINE_GROUP.is_power_of_two() && REFINE_WG.is_mult
 fn refine_group(dim4: usize) -> usize {
     let mut group = 8;
     while group > 1 && dim4 < 8 * group {
+        group /= 2;
+    }
+    group
+}
+
+/// Invocations per candidate of `exact_keys_grouped` over rows of `d` values read one at a
+/// time (lengths not a multiple of 4): the most, up to 4, that leave each at least 16 values.
+/// Measured on an H100 (n=65536 k=1000, exact keys in ms for 1 / 2 / 4 / 8 invocations;
+/// notes/exactness.md): d=38 6.6 / 5.2 / 7.0 / 9.8, d=50 10.1 / 6.6 / 8.2 / 11.4, d=74 17.6 /
+/// 10.6 / 10.9 / 14.3, d=150 43.0 / 25.0 / 24.0 / 26.1; 8, used before, was the slowest but
+/// one everywhere.
+fn scalar_refine_group(d: usize) -> usize {
+    let mut group = 4;
+    while group > 1 && d < 16 * group {
         group /= 2;
     }
     group
@@ -924,5 +936,11 @@ mod tests {
         let widths: Vec<usize> = [8, 15, 16, 31, 32, 50, 63].into_iter().map(refine_group).collect();
         assert_eq!(widths, [1, 1, 2, 2, 4, 4, 4]);
         assert_eq!(refine_group(64), 8);
+    }
+
+    #[test]
+    fn scalar_refine_groups_leave_each_invocation_sixteen_values() {
+        let widths: Vec<usize> = [33, 38, 50, 63, 64, 74, 150, 255].into_iter().map(scalar_refine_group).collect();
+        assert_eq!(widths, [2, 2, 2, 2, 4, 4, 4, 4]);
     }
 }

@@ -5,8 +5,8 @@ use rayon::prelude::*;
 
 use super::{
     bind_group, bind_group_at, bind_group_ranges, grid, metric_modes, read_mapped, refine_group, reported_as,
-    CertifyParams, DistanceParams, GpuEngine, Job, Mapping, NormsParams, ParamSlots, PreparedRows, RefineParams,
-    SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, REFINE_WG, SCALAR_REFINE_GROUP, TILE_M, TILE_N,
+    scalar_refine_group, CertifyParams, DistanceParams, GpuEngine, Job, Mapping, NormsParams, ParamSlots, PreparedRows,
+    RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, REFINE_WG, TILE_M, TILE_N,
     WIDE_MERGE_KC, WIDE_ROWS,
 };
 use crate::data::MatrixRef;
@@ -1106,7 +1106,7 @@ impl CorpusSession<'_> {
                 );
             }
             // Longer rows are read faster by several invocations each (coalesced loads).
-            let group = if d.is_multiple_of(4) { refine_group(d / 4) } else { SCALAR_REFINE_GROUP };
+            let group = if d.is_multiple_of(4) { refine_group(d / 4) } else { scalar_refine_group(d) };
             let (step, groups) = if d >= WIDE_ROWS && d.is_multiple_of(4) {
                 (Step::RefineWide4, rows * kc)
             } else if d >= WIDE_ROWS {
