@@ -59,9 +59,9 @@ fn partial_sums(qb: u32, cb: u32, first: u32, step: u32, row_sums: bool, mx: f64
 }
 
 // The one sum that the euclidean key (sum (x - y)^2) or the inner product and cosine keys
-// (sum x y) need, over the vec4s `partial_sums` reads. The loads repeat those of `partial_sums` rather than
-// come from a helper returning the arrays: this kernel's speed is its registers per
-// invocation, and the shared form is unmeasured.
+// (sum x y) need, over the vec4s `partial_sums` reads. The loads repeat those of
+// `partial_sums` rather than come from a helper returning the arrays: this kernel's speed is
+// its registers per invocation, and the shared form is unmeasured.
 fn single_sum(qb: u32, cb: u32, first: u32, step: u32) -> f64 {
     let dim4 = params.dim / 4u;
     var s = 0.0lf;

@@ -165,7 +165,12 @@ pub(crate) fn prepare_row(row: &[f32], shift: &[f32], metric: Metric, out: &mut 
 
 /// The float64 norm of each row, for cosine keys computed from one sum on the GPU.
 pub(crate) fn row_norms(m: MatrixRef<'_>) -> Vec<f64> {
-    (0..m.rows()).into_par_iter().map(|i| m.row(i).iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt()).collect()
+    (0..m.rows()).into_par_iter().map(|i| norm(m.row(i))).collect()
+}
+
+/// |row| in float64.
+fn norm(row: &[f32]) -> f64 {
+    row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt()
 }
 
 /// The float64 statistics of each row (see [`RowStats::scale`]).
@@ -179,7 +184,7 @@ pub(crate) fn row_stats(m: MatrixRef<'_>, shift: &[f32], metric: Metric) -> RowS
                 Metric::Euclidean | Metric::SqEuclidean => {
                     row.iter().zip(shift).map(|(&v, &s)| (v as f64 - s as f64).powi(2)).sum::<f64>()
                 }
-                Metric::InnerProduct => row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt(),
+                Metric::InnerProduct => norm(row),
                 // The GPU normalises in f32 (`norms.wgsl`): |x|^2 carries gamma(d) relative
                 // error, half of it after the square root; 1 / sqrt and the scaling add a few
                 // ULP (Vulkan allows 2-3 for each function): 32 units of roundoff cover 16 ULP.
@@ -188,7 +193,7 @@ pub(crate) fn row_stats(m: MatrixRef<'_>, shift: &[f32], metric: Metric) -> RowS
                 Metric::Correlation => {
                     let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
                     let centred = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>().sqrt();
-                    let raw = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
+                    let raw = norm(row);
                     3.0 * gamma(d + 4) * (1.0 + raw / centred)
                 }
             }

@@ -45,6 +45,7 @@ const DISCRETE_BUDGET: u64 = 4 << 30;
 const GROUPED_ROWS: usize = 32;
 /// Invocations in a workgroup of refine.wgsl (`WG`).
 const REFINE_WG: usize = 64;
+// Every group width (`group_width`: at most 8) divides the workgroup.
 const _: () = assert!(REFINE_WG.is_multiple_of(8));
 
 /// Invocations per candidate of `exact_keys_grouped` over rows of `dim4` vec4s: the most, up to
@@ -53,11 +54,7 @@ const _: () = assert!(REFINE_WG.is_multiple_of(8));
 /// Measured on an H100 (n=65536 k=1000 at d = 32, 64, 128, 200, euclidean and cosine;
 /// notes/exactness.md): this width was the best of 1, 2, 4 and 8 or within 0.1 ms of it.
 fn refine_group(dim4: usize) -> usize {
-    let mut group = 8;
-    while group > 1 && dim4 < 8 * group {
-        group /= 2;
-    }
-    group
+    group_width(dim4, 8, 8)
 }
 
 /// Invocations per candidate of `exact_keys_grouped` over rows of `d` values read one at a
@@ -67,8 +64,14 @@ fn refine_group(dim4: usize) -> usize {
 /// 10.6 / 10.9 / 14.3, d=150 43.0 / 25.0 / 24.0 / 26.1; 8, used before, was the slowest but
 /// one everywhere.
 fn scalar_refine_group(d: usize) -> usize {
-    let mut group = 4;
-    while group > 1 && d < 16 * group {
+    group_width(d, 4, 16)
+}
+
+/// The most invocations, a power of two up to `most`, that leave each at least `each` of a
+/// row's `len` loads.
+fn group_width(len: usize, most: usize, each: usize) -> usize {
+    let mut group = most;
+    while group > 1 && len < each * group {
         group /= 2;
     }
     group

@@ -605,7 +605,8 @@ impl CorpusSession<'_> {
             None => plan_with(gpu.tile_caps)?,
         };
         let gpu_exact = self.raw_corpus.is_some();
-        if gpu_exact && self.metric == Metric::Cosine && gpu.refine.is_some() {
+        // The one-invocation kernel of rows under GROUPED_ROWS sums its own norms.
+        if gpu_exact && self.metric == Metric::Cosine && gpu.refine.is_some() && d >= GROUPED_ROWS {
             let corpus_norms = match self.exact_norms.take() {
                 Some((corpus_norms, _)) => corpus_norms,
                 None => gpu.upload("corpus norms (f64)", bytemuck::cast_slice(&prepare::row_norms(self.corpus)))?,
