@@ -37,9 +37,9 @@ impl GpuEngine {
     }
 
     /// Times `select_rows` alone: the `k` smallest of each of `rows` rows of `cols` uniform
-    /// random keys, as on one distance tile, after one untimed warm-up tile. Returns (wall
-    /// seconds from the first timed submission to the last completion, GPU times from
-    /// timestamps when profiling).
+    /// random keys (every row its own), in tiles of equal size as the distance tiles of a
+    /// search, after one untimed warm-up tile. Returns (wall seconds from the first timed
+    /// submission to the last completion, GPU times from timestamps when profiling).
     pub fn bench_select(&self, rows: usize, cols: usize, k: usize, seed: u64) -> Result<(f64, Option<GpuTimes>)> {
         if k == 0 || k > cols {
             return Err(Error::arg("k", format!("k = {k} must be between 1 and the row length {cols}")));
@@ -47,14 +47,30 @@ impl GpuEngine {
         let row_bytes = cols as u64 * 8;
         // Dense rows start at whole vec4s, as distance tiles do.
         let stride = cols.next_multiple_of(4);
-        let tile_rows = (self.max_binding / row_bytes).min(rows as u64).min(65535) as usize;
-        if tile_rows == 0 {
+        let most_rows = (self.max_binding / row_bytes).min(rows as u64).min(65535) as usize;
+        if most_rows == 0 {
             return Err(Error::TooLargeForDevice(format!("a row of {cols} keys does not fit one binding")));
         }
+        // Tiles of equal size: a last tile of a few rows would run alone after the others, its
+        // time that of one row's serial passes rather than the GPU's throughput.
+        let tile_rows = rows.div_ceil(rows.div_ceil(most_rows));
         let storage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
-        let keys = uniform(tile_rows * stride, seed);
-        let dist = self.buffer("keys", (tile_rows * stride * 4) as u64, storage)?;
-        self.ctx.queue.write_buffer(&dist, 0, bytemuck::cast_slice(&keys));
+        let tiles: Vec<(usize, usize)> =
+            (0..rows).step_by(tile_rows).map(|r0| (r0, tile_rows.min(rows - r0))).collect();
+        // Each row's keys from its own seed: some rows take more passes than others, and a
+        // tile that repeated another's rows would repeat its slow ones too.
+        let mut last_keys = Vec::new();
+        let mut dist = Vec::with_capacity(tiles.len());
+        for &(r0, r) in &tiles {
+            let tile_keys: Vec<f32> = (r0..r0 + r)
+                .into_par_iter()
+                .flat_map_iter(|row| uniform(stride, seed ^ (row as u64).wrapping_mul(0xD1B54A32D192ED03)))
+                .collect();
+            let buffer = self.buffer("keys", (r * stride * 4) as u64, storage)?;
+            self.ctx.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(&tile_keys));
+            last_keys = tile_keys;
+            dist.push(buffer);
+        }
         let aux_a = self.buffer("aux a", tile_rows as u64 * row_bytes, storage)?;
         let aux_b = self.buffer("aux b", tile_rows as u64 * row_bytes, storage)?;
         let out = self.buffer("selected", (tile_rows * k * 8) as u64, storage)?;
@@ -66,8 +82,7 @@ impl GpuEngine {
         self.ctx.wait()?;
         let mut params = ParamSlots::default();
         let mut groups = Vec::new();
-        for r0 in (0..rows).step_by(tile_rows) {
-            let r = tile_rows.min(rows - r0);
+        for &(_, r) in &tiles {
             let (gx, gy) = grid(r, self.max_groups);
             let offset = params.push(SelectParams {
                 rows: r as u32,
@@ -83,20 +98,26 @@ impl GpuEngine {
             groups.push((offset, (gx, gy)));
         }
         let uniform = self.upload_uniform(&params)?;
-        let bind = bind_group(
-            &self.ctx.device,
-            &self.select.layout,
-            &uniform,
-            &[&dist, &aux_a, &aux_b, &out, &failed, &row_state, &no_shortlist_len, &no_shortlist],
-        );
+        let binds: Vec<wgpu::BindGroup> = dist
+            .iter()
+            .map(|keys| {
+                bind_group(
+                    &self.ctx.device,
+                    &self.select.layout,
+                    &uniform,
+                    &[keys, &aux_a, &aux_b, &out, &failed, &row_state, &no_shortlist_len, &no_shortlist],
+                )
+            })
+            .collect();
         let jobs: Vec<Job<'_>> = groups
             .iter()
-            .map(|&(offset, groups)| Job { step: Step::SelectRows, offset, groups, bind: &bind })
+            .zip(&binds)
+            .map(|(&(offset, groups), bind)| Job { step: Step::SelectRows, offset, groups, bind })
             .collect();
         let wall = self.time_jobs(&jobs)?;
-        // A benchmark of wrong answers would be worthless: check the flags, and every row
-        // against a selection on the host (every tile selects from the same keys, so the
-        // output rows hold the last tile's answers and the ones before it alike).
+        // A benchmark of wrong answers would be worthless: check the flags (every tile's), and
+        // every row of the last tile, whose answers the output holds, against a selection on
+        // the host.
         let flags: Vec<u32> = read_back(self, &failed, None)?;
         let unfinished = flags.iter().filter(|&&f| f & 1 != 0).count();
         if unfinished > 0 {
@@ -107,9 +128,9 @@ impl GpuEngine {
             )));
         }
         let selected: Vec<[u32; 2]> = read_back(self, &out, None)?;
-        let rows_written = tile_rows.min(rows);
-        let wrong = (0..rows_written).into_par_iter().find_first(|&r| {
-            let row = &keys[r * stride..r * stride + cols];
+        let (last_r0, last_rows) = tiles[tiles.len() - 1];
+        let wrong = (0..last_rows).into_par_iter().find_first(|&r| {
+            let row = &last_keys[r * stride..r * stride + cols];
             let pairs = &selected[r * k..(r + 1) * k];
             // Each answer names a distinct column that holds its key...
             let mut ids: Vec<u32> = pairs.iter().map(|p| p[1]).collect();
@@ -128,7 +149,8 @@ impl GpuEngine {
         });
         if let Some(r) = wrong {
             return Err(Error::Gpu(format!(
-                "select-only benchmark: row {r}'s selection differs from a host selection"
+                "select-only benchmark: row {}'s selection differs from a host selection",
+                last_r0 + r
             )));
         }
         Ok((wall, self.take_profile()))
