@@ -18,7 +18,8 @@
 //   than `need` elements <= p: the left part is kept and the search goes on to the right.
 // - BAND, when the first FILTER of a dense row found too few: the row is read again for the
 //   elements between p and a higher pivot, appended to those kept, so that the segment holds
-//   everything under the higher pivot (a PARTITION would write the whole row).
+//   everything under the higher pivot (a PARTITION would write the whole row); again with a
+//   higher pivot while still too few.
 // - THRESHOLD, first on a distance tile after the first: the running list's largest key is a
 //   bound, and only elements below it are written; usually almost none are.
 // - A segment that would take a FILTER and holds at most TAIL_LEN elements (usually what the
@@ -70,10 +71,15 @@ const THRESHOLD: u32 = 2u;
 const SPLIT: u32 = 3u;
 const BAND: u32 = 4u;
 const SAMPLES: u32 = 64u;
-// The first pivot of a dense row is checked against 16 runs of 64 neighbouring keys.
+// The first pivot of a dense row is checked against 16 runs of 128 neighbouring keys, two
+// vec4 loads per invocation, and placed three standard deviations of that sample's count
+// above `need` (with one load and two deviations, 1 row in 100 took a BAND pass at 3%
+// wanted; now 1 in 250, keeping 4.4% of the row as before).
 const LOW_SAMPLES: u32 = 8u;
 const WIDE_SAMPLE_RUNS: u32 = 16u;
-const WIDE_SAMPLES: u32 = 4u * WG;
+const WIDE_STEPS: u32 = 2u;
+const WIDE_SIGMAS: f32 = 3.0;
+const WIDE_SAMPLES: u32 = 4u * WG * WIDE_STEPS;
 // A FILTER segment of up to TAIL_LEN elements is finished by `tail_select`: BINS bins of its
 // value range, and up to WG elements of one bin ranked exactly.
 const TAIL_LEN: u32 = 4096u;
@@ -103,6 +109,9 @@ var<workgroup> seg_kind: u32;
 var<workgroup> pivot_bits: u32;
 // The lower end of a BAND pass (its pivot is the upper end).
 var<workgroup> band_low_bits: u32;
+// Pivot samples of ranks 15, 31 and 63 (of SAMPLES): upper ends for further BAND passes where
+// the first, up to the eighth smallest, still leaves too few.
+var<workgroup> band_uppers: array<f32, 3>;
 var<workgroup> stack_top: u32;
 var<workgroup> stack_src: array<u32, 64>;
 var<workgroup> stack_start: array<u32, 64>;
@@ -112,6 +121,9 @@ var<workgroup> samples: array<f32, WG>;
 // The smallest of the pivot's samples, and how many of a larger sample fall below each.
 var<workgroup> low_samples: array<f32, LOW_SAMPLES>;
 var<workgroup> below_low: array<atomic<u32>, LOW_SAMPLES>;
+// The rank in the wide sample the first pivot should have, where the pivot samples are too
+// coarse to interpolate; NONE otherwise.
+var<workgroup> low_rank: u32;
 var<workgroup> row_count: u32;
 // `tail_select`: the segment's least and largest key (order-preserving bits), a histogram of
 // its values, partial sums of BIN_GROUP bins, the bin that holds the need-th element with the
@@ -210,6 +222,9 @@ fn choose_pivot(lid: u32, row: u32, src: u32, start: u32, len: u32, need: u32) {
         if (rank < LOW_SAMPLES) {
             low_samples[rank] = mine;
         }
+        if (rank == 15u || rank == 31u || rank == 63u) {
+            band_uppers[firstTrailingBit(rank + 1u) - 4u] = mine;
+        }
     }
     if (lid == 0u) {
         seg_kind = kind;
@@ -236,11 +251,12 @@ fn first_dense_pass(src: u32, start: u32, len: u32) -> bool {
 
 // The first FILTER over a dense row keeps everything under its pivot, which 64 samples place
 // well above the need/len quantile (at 2048 of 65536 keys, about 10% of the row is kept for
-// 3% wanted). A wider sample, 16 runs of 64 neighbouring keys read as one vec4 per
-// invocation, counts how many keys fall below each of the smallest pivot samples; the pivot
-// becomes the point where that count, interpolated between the samples, leaves `need` below
-// it with the same confidence.
-// Any pivot gives the same answer: one too low only costs a PARTITION pass.
+// 3% wanted). A wider sample (WIDE_SAMPLES keys) counts how many keys fall below each of the
+// smallest pivot samples; the pivot becomes the point where that count, interpolated between
+// the samples, leaves `need` below it with WIDE_SIGMAS of confidence. Where even the least
+// pivot sample has more than enough below it, the wide sample's keys under it are ranked and
+// the pivot is the one of the wanted rank.
+// Any pivot gives the same answer: one too low only costs a BAND pass.
 fn lower_first_pivot(lid: u32, row: u32, len: u32, need: u32) {
     if (lid < LOW_SAMPLES) {
         atomicStore(&below_low[lid], 0u);
@@ -249,18 +265,21 @@ fn lower_first_pivot(lid: u32, row: u32, len: u32, need: u32) {
     let run = lid / (WG / WIDE_SAMPLE_RUNS);
     let run_start = (len / WIDE_SAMPLE_RUNS * run) & ~3u;
     let at = run_start + 4u * (lid % (WG / WIDE_SAMPLE_RUNS));
-    let keys = dense_in[(row * params.in_stride + at) / 4u];
-    for (var j = 0u; j < LOW_SAMPLES; j++) {
-        let c = low_samples[j];
-        let n = dot(select(vec4<u32>(0u), vec4<u32>(1u), keys < vec4<f32>(c)), vec4<u32>(1u));
-        if (n != 0u) {
-            atomicAdd(&below_low[j], n);
+    for (var step = 0u; step < WIDE_STEPS; step++) {
+        let keys = dense_in[(row * params.in_stride + at + step * 4u * (WG / WIDE_SAMPLE_RUNS)) / 4u];
+        for (var j = 0u; j < LOW_SAMPLES; j++) {
+            let c = low_samples[j];
+            let n = dot(select(vec4<u32>(0u), vec4<u32>(1u), keys < vec4<f32>(c)), vec4<u32>(1u));
+            if (n != 0u) {
+                atomicAdd(&below_low[j], n);
+            }
         }
     }
     workgroupBarrier();
     if (lid == 0u) {
+        low_rank = NONE;
         let q = f32(need) / f32(len) * f32(WIDE_SAMPLES);
-        let wanted = q + 2.0 * sqrt(q) + 2.0;
+        let wanted = q + WIDE_SIGMAS * sqrt(q) + 2.0;
         var under = 0.0;
         var c_under = 0.0;
         for (var j = 0u; j < LOW_SAMPLES; j++) {
@@ -273,6 +292,10 @@ fn lower_first_pivot(lid: u32, row: u32, len: u32, need: u32) {
                 if (j > 0u && count > under && c_under < c) {
                     p = max(c_under + (c - c_under) * ((wanted - under) / (count - under)), c_under);
                 }
+                low_rank = NONE;
+                if (j == 0u && count <= f32(WG)) {
+                    low_rank = u32(ceil(wanted));
+                }
                 if (p < bitcast<f32>(pivot_bits)) {
                     pivot_bits = bitcast<u32>(p);
                 }
@@ -280,6 +303,34 @@ fn lower_first_pivot(lid: u32, row: u32, len: u32, need: u32) {
             }
             under = count;
             c_under = c;
+        }
+    }
+    // Even the least pivot sample has more than enough below it (1 row in 18 at 3% wanted;
+    // interpolation had no lower point, so such rows kept up to 10% of the row and 1 in 40
+    // rows over TAIL_LEN): rank the wide sample's keys under it instead.
+    let rank = workgroupUniformLoad(&low_rank);
+    if (rank == NONE) {
+        return;
+    }
+    if (lid == 0u) {
+        atomicStore(&below_low[0], 0u);
+    }
+    workgroupBarrier();
+    let c0 = low_samples[0];
+    for (var step = 0u; step < WIDE_STEPS; step++) {
+        let keys = dense_in[(row * params.in_stride + at + step * 4u * (WG / WIDE_SAMPLE_RUNS)) / 4u];
+        for (var e = 0u; e < 4u; e++) {
+            if (keys[e] < c0) {
+                samples[atomicAdd(&below_low[0], 1u)] = keys[e];
+            }
+        }
+    }
+    workgroupBarrier();
+    let under_c0 = atomicLoad(&below_low[0]);
+    if (lid < under_c0 && rank < under_c0 && rank_in_samples(lid, under_c0) == rank) {
+        let p = samples[lid];
+        if (p < bitcast<f32>(pivot_bits)) {
+            pivot_bits = bitcast<u32>(p);
         }
     }
     workgroupBarrier();
@@ -760,9 +811,25 @@ fn select_row(lid: u32, wid: vec3<u32>) {
                     seg_len = n_a;
                     seg_kind = FILTER;
                 } else {
-                    // Still too few: partition the row around the first pivot after all.
-                    pivot_bits = band_low_bits;
-                    seg_kind = PARTITION;
+                    // Still too few (1 row in 2000 at 3% wanted): another band up to a higher
+                    // pivot sample, a read of the row where a PARTITION would write all of it;
+                    // past the largest sample, partition the row around the first pivot.
+                    let upper = bitcast<f32>(pivot_bits);
+                    var next = upper;
+                    for (var u = 0u; u < 3u; u++) {
+                        if (band_uppers[u] > upper) {
+                            next = band_uppers[u];
+                            break;
+                        }
+                    }
+                    if (next > upper) {
+                        band_low_bits = pivot_bits;
+                        pivot_bits = bitcast<u32>(next);
+                        atomicStore(&appended_a, n_a);
+                    } else {
+                        pivot_bits = band_low_bits;
+                        seg_kind = PARTITION;
+                    }
                 }
             } else if (n_a >= need) {
                 seg_src = dst;

@@ -476,5 +476,30 @@ pub fn large_corpus_cases() -> Vec<Case> {
             k: 700,
             metric: Metric::Euclidean,
         },
+        Case {
+            name: "euclidean: search a row whose near keys are where the select samples its pivots".into(),
+            corpus: sampled_positions_near(16_384),
+            queries: Some(Matrix::new(vec![0.0], 1, 1).unwrap()),
+            // Over 256 candidates: every distance tile is selected densely, shortlists unused.
+            k: 300,
+            metric: Metric::Euclidean,
+        },
     ]
+}
+
+/// `n` points on a line, for a query at the origin: at every (n / 64)-th row, where the GPU
+/// select takes its pivot samples in a distance tile of n columns, the points 1, 2, ..., 64;
+/// 512 more between 16.5 and 31.5; all others far away. For k = 300 (375 candidates) the
+/// first pivot keeps too few, and so do the bands up to the 8th and the 16th sample: the row
+/// takes three BAND passes before its segment holds enough.
+fn sampled_positions_near(n: usize) -> Matrix {
+    let stride = n / 64;
+    let data = (0..n)
+        .map(|i| match i % stride {
+            0 => (i / stride + 1) as f32,
+            100..108 => 16.5 + 15.0 * ((i / stride) * 8 + i % stride - 100) as f32 / 512.0,
+            _ => 1000.0 + 0.01 * i as f32,
+        })
+        .collect();
+    Matrix::new(data, n, 1).unwrap()
 }
