@@ -249,6 +249,12 @@ fn first_dense_pass(src: u32, start: u32, len: u32) -> bool {
     return src == SRC_INPUT && params.dense == 1u && start == 0u && len >= 64u * WG;
 }
 
+// This invocation's keys of the wide sample in `step`: runs of neighbouring keys, each step
+// one vec4 further along its run.
+fn wide_sample(row: u32, at: u32, step: u32) -> vec4<f32> {
+    return dense_in[(row * params.in_stride + at + step * 4u * (WG / WIDE_SAMPLE_RUNS)) / 4u];
+}
+
 // The first FILTER over a dense row keeps everything under its pivot, which 64 samples place
 // well above the need/len quantile (at 2048 of 65536 keys, about 10% of the row is kept for
 // 3% wanted). A wider sample (WIDE_SAMPLES keys) counts how many keys fall below each of the
@@ -266,7 +272,7 @@ fn lower_first_pivot(lid: u32, row: u32, len: u32, need: u32) {
     let run_start = (len / WIDE_SAMPLE_RUNS * run) & ~3u;
     let at = run_start + 4u * (lid % (WG / WIDE_SAMPLE_RUNS));
     for (var step = 0u; step < WIDE_STEPS; step++) {
-        let keys = dense_in[(row * params.in_stride + at + step * 4u * (WG / WIDE_SAMPLE_RUNS)) / 4u];
+        let keys = wide_sample(row, at, step);
         for (var j = 0u; j < LOW_SAMPLES; j++) {
             let c = low_samples[j];
             let n = dot(select(vec4<u32>(0u), vec4<u32>(1u), keys < vec4<f32>(c)), vec4<u32>(1u));
@@ -292,7 +298,6 @@ fn lower_first_pivot(lid: u32, row: u32, len: u32, need: u32) {
                 if (j > 0u && count > under && c_under < c) {
                     p = max(c_under + (c - c_under) * ((wanted - under) / (count - under)), c_under);
                 }
-                low_rank = NONE;
                 if (j == 0u && count <= f32(WG)) {
                     low_rank = u32(ceil(wanted));
                 }
@@ -318,7 +323,7 @@ fn lower_first_pivot(lid: u32, row: u32, len: u32, need: u32) {
     workgroupBarrier();
     let c0 = low_samples[0];
     for (var step = 0u; step < WIDE_STEPS; step++) {
-        let keys = dense_in[(row * params.in_stride + at + step * 4u * (WG / WIDE_SAMPLE_RUNS)) / 4u];
+        let keys = wide_sample(row, at, step);
         for (var e = 0u; e < 4u; e++) {
             if (keys[e] < c0) {
                 samples[atomicAdd(&below_low[0], 1u)] = keys[e];
