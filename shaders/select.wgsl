@@ -109,9 +109,9 @@ var<workgroup> seg_kind: u32;
 var<workgroup> pivot_bits: u32;
 // The lower end of a BAND pass (its pivot is the upper end).
 var<workgroup> band_low_bits: u32;
-// Pivot samples of ranks 15, 31 and 63 (of SAMPLES): upper ends for further BAND passes where
-// the first, up to the eighth smallest, still leaves too few.
-var<workgroup> band_uppers: array<f32, 3>;
+// Upper ends of BAND passes: the pivot samples of ranks 7, 15, 31 and 63 (of SAMPLES), each
+// tried after the one before left too few.
+var<workgroup> band_uppers: array<f32, 4>;
 var<workgroup> stack_top: u32;
 var<workgroup> stack_src: array<u32, 64>;
 var<workgroup> stack_start: array<u32, 64>;
@@ -222,8 +222,8 @@ fn choose_pivot(lid: u32, row: u32, src: u32, start: u32, len: u32, need: u32) {
         if (rank < LOW_SAMPLES) {
             low_samples[rank] = mine;
         }
-        if (rank == 15u || rank == 31u || rank == 63u) {
-            band_uppers[firstTrailingBit(rank + 1u) - 4u] = mine;
+        if (rank == 7u || rank == 15u || rank == 31u || rank == 63u) {
+            band_uppers[firstTrailingBit(rank + 1u) - 3u] = mine;
         }
     }
     if (lid == 0u) {
@@ -317,6 +317,7 @@ fn lower_first_pivot(lid: u32, row: u32, len: u32, need: u32) {
     if (rank == NONE) {
         return;
     }
+    // below_low[0], counted, now gives the slots of the keys under c0.
     if (lid == 0u) {
         atomicStore(&below_low[0], 0u);
     }
@@ -412,6 +413,15 @@ fn filter_dense(v: f32, col: u32, valid: bool, pivot: f32, row: u32, start: u32,
         let slot = atomicAdd(&appended_b, 1u);
         aux_a[row * params.scratch_stride + start + len - 1u - slot] = vec2<u32>(bitcast<u32>(v), col);
     }
+}
+
+// The next pass is a BAND from the current pivot up to `upper`, appending after the `kept`
+// elements already in `aux_a`. Called by invocation 0.
+fn start_band(upper: f32, kept: u32) {
+    band_low_bits = pivot_bits;
+    pivot_bits = bitcast<u32>(upper);
+    seg_kind = BAND;
+    atomicStore(&appended_a, kept);
 }
 
 // f32 bits as a u32 in the same order (negative keys included).
@@ -816,21 +826,19 @@ fn select_row(lid: u32, wid: vec3<u32>) {
                     seg_len = n_a;
                     seg_kind = FILTER;
                 } else {
-                    // Still too few (1 row in 2000 at 3% wanted): another band up to a higher
-                    // pivot sample, a read of the row where a PARTITION would write all of it;
-                    // past the largest sample, partition the row around the first pivot.
+                    // Still too few (1 row in 2000 at 3% wanted): another band up to the next
+                    // upper end, a read of the row where a PARTITION would write all of it;
+                    // past the largest sample, partition the row around this band's lower end.
                     let upper = bitcast<f32>(pivot_bits);
                     var next = upper;
-                    for (var u = 0u; u < 3u; u++) {
+                    for (var u = 0u; u < 4u; u++) {
                         if (band_uppers[u] > upper) {
                             next = band_uppers[u];
                             break;
                         }
                     }
                     if (next > upper) {
-                        band_low_bits = pivot_bits;
-                        pivot_bits = bitcast<u32>(next);
-                        atomicStore(&appended_a, n_a);
+                        start_band(next, n_a);
                     } else {
                         pivot_bits = band_low_bits;
                         seg_kind = PARTITION;
@@ -846,16 +854,13 @@ fn select_row(lid: u32, wid: vec3<u32>) {
                 }
                 push_segment(dst, start + len - (need - n_a), need - n_a);
                 seg_need = 0u;
-            } else if (first_dense_pass(src, start, len) && low_samples[LOW_SAMPLES - 1u] > bitcast<f32>(pivot_bits)) {
+            } else if (first_dense_pass(src, start, len) && band_uppers[0] > bitcast<f32>(pivot_bits)) {
                 // The first pivot of a dense row (lowered by `lower_first_pivot`) left fewer
                 // than `need` under it. A PARTITION would write the whole row, and that one
                 // row would finish long after the rest of its dispatch; instead read the row
                 // again for the keys between this pivot and the eighth pivot sample, after
                 // those already kept.
-                band_low_bits = pivot_bits;
-                pivot_bits = bitcast<u32>(low_samples[LOW_SAMPLES - 1u]);
-                seg_kind = BAND;
-                atomicStore(&appended_a, n_a);
+                start_band(band_uppers[0], n_a);
             } else {
                 // Too few at or below the pivot: split the segment around it, both sides.
                 seg_kind = PARTITION;

@@ -37,8 +37,8 @@ impl GpuEngine {
     }
 
     /// Times `select_rows` alone: the `k` smallest of each of `rows` rows of `cols` uniform
-    /// random keys (every row its own), in tiles of equal size as the distance tiles of a
-    /// search, after one untimed warm-up tile. Returns (wall seconds from the first timed
+    /// random keys (every row its own), in tiles of equal size that each fit one binding (as a
+    /// search's distance tiles must), after one untimed warm-up tile. Returns (wall seconds from the first timed
     /// submission to the last completion, GPU times from timestamps when profiling).
     pub fn bench_select(&self, rows: usize, cols: usize, k: usize, seed: u64) -> Result<(f64, Option<GpuTimes>)> {
         if k == 0 || k > cols {
