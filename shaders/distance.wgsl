@@ -31,6 +31,13 @@
 // of earlier query tiles whose lists are complete up to there) is appended to that column
 // row's shortlist too. Keys of (x, y) and (y, x) are bitwise equal: the same fused
 // multiply-adds in the same order, and norms that commute.
+//
+// Publishing (publish_len > 0, shaders/distance_publish.wgsl): the ranked answers of the query
+// tile before this one are copied from GPU memory into the mapped read-back buffer, a slice
+// per workgroup. wgpu has one queue, and its barriers make every dispatch wait for all earlier
+// work, so a copy of its own would hold the GPU while the answers cross PCIe; spread over the
+// GEMM's workgroups, the transfer runs under the arithmetic. The module built without it
+// (adapters whose mapped buffers cannot be bound as storage) has an empty `publish_answers`.
 
 struct Params {
     q_rows: u32,     // valid query rows in this tile
@@ -45,6 +52,7 @@ struct Params {
     row_base: u32,      // index of the tile's first query row in row_state and the shortlists
     column_end: u32,    // columns below this global index also feed their own shortlists
     column_cap: u32,    // pairs per row of the column rows' shortlists
+    publish_len: u32,   // vec4s of answers to publish (see above); 0: none
 }
 
 override BM: u32 = 128u;
@@ -248,6 +256,7 @@ fn distance_tile(
     let tile = wid.x + wid.y * params.groups_x;
     let row0 = (tile / tiles_n) * BM;
     let col0 = (tile % tiles_n) * BN;
+    publish_answers(tile, lid);
     if (row0 >= params.q_rows) {
         return;
     }

@@ -41,6 +41,8 @@ pub(crate) struct Candidates {
     pub symmetric: bool,
     /// Whether pairs listed by both their rows had their exact key computed once.
     pub shared_keys: bool,
+    /// Rows whose ranked answers the next query tile's distance kernel published to the host.
+    pub published: usize,
     /// Exact float64 ranking keys of the candidates, `queries x kc`, when the backend
     /// computed them (the GPU with SHADER_F64); otherwise the host computes them.
     pub exact: Option<Vec<f64>>,

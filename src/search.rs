@@ -134,6 +134,10 @@ pub struct RunStats {
     /// Rows of graphs swept in symmetric blocks on the GPU (each distance computed once, for
     /// both rows of the pair), summed over rounds.
     pub rows_in_symmetric_blocks: usize,
+    /// Query rows whose ranked answers reached the host during the next query tile's distance
+    /// kernel (which copies them while it computes) rather than in a copy after their
+    /// ranking, summed over rounds.
+    pub rows_published: usize,
     /// Rows of symmetric blocks whose exact keys were shared with their mutual neighbours
     /// (each pair listed by both its rows computed once; rows of 256 values or more).
     pub rows_sharing_keys: usize,
@@ -375,6 +379,7 @@ impl Knn {
             if cands.shared_keys {
                 stats.rows_sharing_keys += pending.len();
             }
+            stats.rows_published += cands.published;
             let clock = std::time::Instant::now();
             let facts = row_stats();
             let brute_forced = std::sync::atomic::AtomicUsize::new(0);

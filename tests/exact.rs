@@ -8,7 +8,8 @@
 mod common;
 
 use common::{
-    cases, check, large_corpus_cases, larger_cases, long_list_cases, same_shape_cases, symmetric_cases, Case,
+    cases, check, large_corpus_cases, larger_cases, long_list_cases, published_cases, same_shape_cases,
+    symmetric_cases, Case,
 };
 use knng::{Backend, Knn, Options};
 
@@ -21,7 +22,9 @@ fn run_table(knn: &Knn, default_budget: bool) {
 /// `shortlists`: the GPU engine has narrow distance tiles, so every row must take some
 /// tile's candidates from the shortlist of its running bound, where lists are short enough to
 /// keep shortlists at all (up to 256 candidates, k up to 200: `plan::DENSE_KC`).
-fn run_cases(knn: &Knn, cases: Vec<Case>, default_budget: bool, shortlists: bool) {
+/// Returns each case's run statistics.
+fn run_cases(knn: &Knn, cases: Vec<Case>, default_budget: bool, shortlists: bool) -> Vec<knng::RunStats> {
+    let mut runs = Vec::new();
     for case in cases {
         let label = format!("[{}] {}", knn.description(), case.name);
         match &case.queries {
@@ -52,7 +55,9 @@ fn run_cases(knn: &Knn, cases: Vec<Case>, default_budget: bool, shortlists: bool
         if !case.name.contains("f32's range") {
             assert_eq!(stats.rows_brute_forced, 0, "{label}: the backend failed to select rows");
         }
+        runs.push(stats);
     }
+    runs
 }
 
 /// The largest k whose first-round lists (k + max(16, k / 4) candidates) keep shortlists.
@@ -87,6 +92,13 @@ fn gpu_tiles(
         symmetric_graphs: max_query_tile.map(|_| true),
         ..Options::default()
     };
+    gpu_engine(options)
+}
+
+/// The GPU engine of `options`, or a failed test. `None` only for a declared skip of the
+/// subgroup path.
+fn gpu_engine(options: Options) -> Option<Knn> {
+    let no_subgroups = options.no_subgroups;
     let knn = Knn::new(options).unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));
     assert!(knn.is_gpu(), "the GPU backend was not used: {}", knn.description());
     let subgroup_select = knn.description().contains("subgroup select");
@@ -258,4 +270,34 @@ fn gpu_subgroup_select_symmetric_graphs() {
 #[test]
 fn gpu_workgroup_select_symmetric_graphs() {
     run_symmetric(true);
+}
+
+/// Query tiles of 256 rows, not symmetric: each tile's ranked answers are published to the
+/// host by the next tile's distance kernel, where the adapter lets mapped buffers be bound as
+/// storage (`knng info`: MAPPABLE_PRIMARY_BUFFERS), and must arrive whole and in place.
+#[test]
+fn answers_published_during_the_next_tile_match_float64_oracle() {
+    let cpu = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
+    run_cases(&cpu, published_cases(), true, false);
+    for no_subgroups in [false, true] {
+        let Some(knn) = gpu_engine(Options {
+            backend: Backend::Gpu,
+            adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+            no_subgroups,
+            max_query_tile: Some(256),
+            symmetric_graphs: Some(false),
+            ..Options::default()
+        }) else {
+            continue;
+        };
+        let runs = run_cases(&knn, published_cases(), true, false);
+        if knn.description().contains("answers published") {
+            for (case, stats) in published_cases().iter().zip(runs) {
+                let rows = case.queries.as_ref().unwrap_or(&case.corpus).rows();
+                // Every tile but the last; later rounds (a few rows in one tile) publish none.
+                let published = stats.rows_published;
+                assert!(published > 0 && published < rows, "{}: {published} of {rows} rows published", case.name);
+            }
+        }
+    }
 }

@@ -194,6 +194,7 @@ impl CorpusSession<'_> {
             incomplete: Vec::new(),
             shortlisted: 0,
             buffers_allocated: false,
+            published: 0,
             symmetric: false,
             shared_keys: false,
             exact: None,

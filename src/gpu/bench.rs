@@ -214,15 +214,15 @@ impl GpuEngine {
                 row_base: 0,
                 column_end: 0,
                 column_cap: 0,
+                ..Default::default()
             });
             jobs_at.push((offset, (gx, gy)));
         }
         let uniform_buf = self.upload_uniform(&params)?;
-        let bind = bind_group(
-            &self.ctx.device,
-            &self.distance.layout,
+        let bind = self.distance_bind(
             &uniform_buf,
-            &[&queries, &corpus, &q_norm_buf, &c_norm_buf, &row_state, &dist, &no_shortlist_len, &no_shortlist],
+            [&queries, &corpus, &q_norm_buf, &c_norm_buf, &row_state, &dist, &no_shortlist_len, &no_shortlist],
+            None,
         );
         let jobs: Vec<Job<'_>> =
             jobs_at.iter().map(|&(offset, groups)| Job { step: Step::Distance, offset, groups, bind: &bind }).collect();

@@ -109,7 +109,7 @@ struct NormsParams {
 
 /// `Params` of distance.wgsl.
 #[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
 struct DistanceParams {
     q_rows: u32,
     c_rows: u32,
@@ -123,6 +123,9 @@ struct DistanceParams {
     row_base: u32,
     column_end: u32,
     column_cap: u32,
+    /// Vec4s of ranked answers to publish (distance_publish.wgsl); 0: none.
+    publish_len: u32,
+    _pad: [u32; 3],
 }
 
 /// `Params` of select.wgsl.
@@ -230,8 +233,8 @@ struct RefineParams {
 }
 
 /// Bytes bound for each parameter block: the largest of them.
-const PARAMS_SIZE: u64 = std::mem::size_of::<SelectParams>() as u64;
-const _: () = assert!(std::mem::size_of::<DistanceParams>() as u64 <= PARAMS_SIZE);
+const PARAMS_SIZE: u64 = std::mem::size_of::<DistanceParams>() as u64;
+const _: () = assert!(std::mem::size_of::<SelectParams>() as u64 <= PARAMS_SIZE);
 const _: () = assert!(std::mem::size_of::<NormsParams>() as u64 <= PARAMS_SIZE);
 const _: () = assert!(std::mem::size_of::<RefineParams>() as u64 <= PARAMS_SIZE);
 const _: () = assert!(std::mem::size_of::<CertifyParams>() as u64 <= PARAMS_SIZE);
@@ -245,6 +248,9 @@ pub(crate) struct GpuEngine {
     ctx: Context,
     norms: Kernel,
     distance: Kernel,
+    /// Where the distance kernel publishes ranked answers (`distance_publish.wgsl`): two
+    /// small buffers bound in their place by dispatches that publish nothing.
+    publish: Option<NoPublish>,
     select: Kernel,
     /// `select_rows_per_subgroup`, for merging short candidate lists, where subgroups exist.
     merge_per_subgroup: Option<wgpu::ComputePipeline>,
@@ -271,6 +277,12 @@ pub(crate) struct GpuEngine {
     max_binding: u64,
     /// Bytes the engine may allocate; halved after each out-of-memory error.
     budget: std::sync::atomic::AtomicU64,
+}
+
+/// Stand-ins for the answers and the read-back buffer of `distance_publish.wgsl`.
+struct NoPublish {
+    answers: wgpu::Buffer,
+    read_back: wgpu::Buffer,
 }
 
 #[derive(Clone, Copy)]
@@ -387,6 +399,10 @@ impl GpuEngine {
         }
         let tile = [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", depth as f64)];
         let select_slots = [RO, RW, RW, RW, RW, RW, RW, RO];
+        // Publishing binds two more storage buffers, one of them mapped.
+        let publishes = ctx.mappable_storage && ctx.limits.max_storage_buffers_per_shader_stage >= 10;
+        let distance_slots: &[Slot] =
+            if publishes { &[RO, RO, RO, RO, RO, RW, RW, RW, RO, RW] } else { &[RO, RO, RO, RO, RO, RW, RW, RW] };
         let (norms, distance, select, merge_per_subgroup) = ctx.allocating(|| {
             let module = shader_module(&ctx, "select", &shaders::select(ctx.subgroups), Checks::Checked);
             let select = kernel(&ctx, "select", &module, "select_rows", &select_slots, &[]);
@@ -395,14 +411,30 @@ impl GpuEngine {
                 pipeline(&ctx, "merge per subgroup", &select.layout, &module, "select_rows_per_subgroup", &[])
             });
             let norms = shader_module(&ctx, "norms", shaders::NORMS, Checks::Checked);
-            let distance = shader_module(&ctx, "distance", &shaders::distance(depth), Checks::Unchecked);
+            let distance = shader_module(&ctx, "distance", &shaders::distance(depth, publishes), Checks::Unchecked);
             (
                 kernel(&ctx, "norms", &norms, "prepare_rows", &[RO, RO, RW, RW], &[]),
-                kernel(&ctx, "distance", &distance, "distance_tile", &[RO, RO, RO, RO, RO, RW, RW, RW], &tile),
+                kernel(&ctx, "distance", &distance, "distance_tile", distance_slots, &tile),
                 select,
                 merge,
             )
         })?;
+        let publish = if publishes {
+            let placeholder = |label| {
+                ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(label),
+                    size: 16,
+                    usage: wgpu::BufferUsages::STORAGE,
+                    mapped_at_creation: false,
+                })
+            };
+            Some(ctx.allocating(|| NoPublish {
+                answers: placeholder("no answers to publish"),
+                read_back: placeholder("no read-back to publish into"),
+            })?)
+        } else {
+            None
+        };
         ctx.wait()?;
         let max_binding = ctx.limits.max_storage_buffer_binding_size.min(ctx.limits.max_buffer_size);
         let default_budget =
@@ -473,6 +505,7 @@ impl GpuEngine {
             ctx,
             norms,
             distance,
+            publish,
             select,
             merge_per_subgroup,
             refine,
@@ -491,6 +524,27 @@ impl GpuEngine {
         })
     }
 
+    /// A bind group of the distance kernel: `storage` its eight buffers, then where the kernel
+    /// publishes, the answers and the read-back buffer they go to (`publish`), or stand-ins.
+    fn distance_bind(
+        &self,
+        uniform: &wgpu::Buffer,
+        storage: [&wgpu::Buffer; 8],
+        publish: Option<(&wgpu::Buffer, &wgpu::Buffer)>,
+    ) -> wgpu::BindGroup {
+        let mut buffers = storage.to_vec();
+        if let Some(none) = &self.publish {
+            let (answers, read_back) = publish.unwrap_or((&none.answers, &none.read_back));
+            buffers.extend([answers, read_back]);
+        }
+        bind_group(&self.ctx.device, &self.distance.layout, uniform, &buffers)
+    }
+
+    /// Whether the distance kernel publishes ranked answers (`distance_publish.wgsl`).
+    fn publishes(&self) -> bool {
+        self.publish.is_some()
+    }
+
     /// Rows per workgroup of `select_rows_per_subgroup`, when it exists: sized for the
     /// largest subgroup the adapter may use, so that every row gets a subgroup.
     fn rows_per_subgroup_group(&self) -> Option<u32> {
@@ -506,7 +560,8 @@ impl GpuEngine {
             "workgroup select, no subgroups".to_string()
         };
         let rerank = if self.refine.is_some() { ", f64 re-ranking" } else { "" };
-        format!("gpu: {} ({:?}, {select}{rerank})", i.name, i.backend)
+        let publish = if self.publishes() { ", answers published during the GEMM" } else { "" };
+        format!("gpu: {} ({:?}, {select}{rerank}{publish})", i.name, i.backend)
     }
 
     fn budget(&self) -> DeviceBudget {

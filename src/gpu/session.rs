@@ -218,23 +218,33 @@ impl TileKey {
     }
 }
 
-/// Ranked answers of one query tile and where they go in the staging buffer.
+/// Ranked answers of one query tile, laid out as in the read-back buffer.
 struct CertifyBuffers {
     k: usize,
     error_bounds: wgpu::Buffer,
-    ids: wgpu::Buffer,
-    /// Reported (f32) distances, not keys: a third fewer bytes to read back.
-    distances: wgpu::Buffer,
-    status: wgpu::Buffer,
+    /// Ids from 0, reported (f32) distances from `distances_at` (not keys: a third fewer
+    /// bytes to read back), certificates from `status_at`; the read-back buffer has the
+    /// failure flags after them, at `flags_at`. One layout in both, so that the answers go
+    /// to the host as one flat copy: published by the next query tile's distance kernel
+    /// (`distance_publish.wgsl`) or copied after the ranking.
+    answers: wgpu::Buffer,
     /// Per row and run of `MAX_CERTIFY_KC` slots, for longer lists (`sort_runs`).
     run_stats: wgpu::Buffer,
-    /// The ranking kernels write ids, distances and certificates straight into the read-back
-    /// buffer (`Context::mappable_storage`), at its offsets below: the answers cross to the host
-    /// while the kernels run, instead of in a copy after them on the same queue.
-    direct: bool,
     distances_at: u64,
     status_at: u64,
     flags_at: u64,
+}
+
+impl CertifyBuffers {
+    /// The ranking kernels' bindings of the ids, distances and certificates.
+    fn bindings(&self) -> [wgpu::BufferBinding<'_>; 3] {
+        let part = |from: u64, to: u64| wgpu::BufferBinding {
+            buffer: &self.answers,
+            offset: from,
+            size: std::num::NonZeroU64::new(to - from),
+        };
+        [part(0, self.distances_at), part(self.distances_at, self.status_at), part(self.status_at, self.flags_at)]
+    }
 }
 
 /// Buffers of one round of candidates, reused by every query tile.
@@ -296,37 +306,23 @@ struct TileSizes {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 struct CertifySizes {
     error_bounds: u64,
-    /// Each of the ranked rows and distances.
+    /// Ids, distances and certificates (`CertifyBuffers::answers`).
     answers: u64,
-    status: u64,
     run_stats: u64,
-    /// Answers written straight into the read-back buffers (`CertifyBuffers::direct`), which
-    /// are then bound as storage too.
-    direct: bool,
 }
 
 impl TileSizes {
-    fn of(gpu: &GpuEngine, d: usize, key: &TileKey) -> Self {
+    fn of(d: usize, key: &TileKey) -> Self {
         let TileKey { tiles, kc, column_tiles, gpu_exact, certify_k, .. } = *key;
         let q = tiles.query_rows;
         let state_rows = key.state_rows();
         // Parameter slots per distance tile: distance, select, merge, and the merges of the
         // column rows' shortlists (a query tile's rows at a time).
         let slots_per_tile = 3 + if tiles.symmetric { tiles.column_tile.div_ceil(q) } else { 0 };
-        let certify = certify_k.map(|k| {
-            // Longer answers are written by rank, scattered, which host memory takes badly
-            // (k=2048 at n=65536: 134 -> 408 ms on an H100).
-            let direct = gpu.ctx.mappable_storage && k <= MAX_CERTIFY_KC;
-            // Written in place, the device's copies of the answers are never used; the
-            // ranking kernels' layout still binds something there.
-            let answers = |bytes: usize| if direct { 256 } else { bytes as u64 };
-            CertifySizes {
-                error_bounds: (q * 8) as u64,
-                answers: answers(q * k * 4),
-                status: answers(q * 4),
-                run_stats: (q * kc.div_ceil(MAX_CERTIFY_KC) * 8) as u64,
-                direct,
-            }
+        let certify = certify_k.map(|k| CertifySizes {
+            error_bounds: (q * 8) as u64,
+            answers: CertifyLayout::new(q, k).flags_at,
+            run_stats: (q * kc.div_ceil(MAX_CERTIFY_KC) * 8) as u64,
         });
         let candidate_staging =
             (q * kc * 8 + q * 4).next_multiple_of(8) as u64 + if gpu_exact { (q * kc * 8) as u64 } else { 0 };
@@ -357,11 +353,7 @@ impl TileSizes {
     fn hold(&self, want: &TileSizes) -> bool {
         let certify = match (&self.certify, &want.certify) {
             (Some(c), Some(w)) => {
-                c.direct == w.direct
-                    && c.error_bounds >= w.error_bounds
-                    && c.answers >= w.answers
-                    && c.status >= w.status
-                    && c.run_stats >= w.run_stats
+                c.error_bounds >= w.error_bounds && c.answers >= w.answers && c.run_stats >= w.run_stats
             }
             (None, None) => true,
             _ => false,
@@ -403,10 +395,11 @@ struct CertifyLayout {
 
 impl CertifyLayout {
     fn new(q: usize, k: usize) -> Self {
-        // Bound as storage where written in place: offsets of whole 256-byte blocks.
+        // Each part is bound as storage: offsets of whole 256-byte blocks. The flags start at
+        // one too, so that a copy of the answers in whole vec4s stops short of them.
         let distances_at = (q * k * 4).next_multiple_of(256) as u64;
         let status_at = distances_at + (q * k * 4).next_multiple_of(256) as u64;
-        CertifyLayout { distances_at, status_at, flags_at: status_at + (q * 4) as u64 }
+        CertifyLayout { distances_at, status_at, flags_at: status_at + (q * 4).next_multiple_of(256) as u64 }
     }
 }
 
@@ -417,7 +410,7 @@ impl TileBuffers {
     fn new(gpu: &GpuEngine, d: usize, key: TileKey, earlier: Option<&TileBuffers>) -> Result<Self> {
         let TileKey { tiles, kc, certify_k, .. } = key;
         let q = tiles.query_rows;
-        let want = TileSizes::of(gpu, d, &key);
+        let want = TileSizes::of(d, &key);
         let earlier = earlier.filter(|e| e.sizes.hold(&want));
         // A reused set keeps the sizes it was made with, for the next comparison.
         let sizes = earlier.map_or(want, |e| e.sizes);
@@ -434,11 +427,8 @@ impl TileBuffers {
                 Some(CertifyBuffers {
                     k,
                     error_bounds: buffer(old.map(|o| &o.error_bounds), "error bounds", c.error_bounds, storage | copy)?,
-                    ids: buffer(old.map(|o| &o.ids), "ranked rows", c.answers, storage | copy)?,
-                    distances: buffer(old.map(|o| &o.distances), "ranked distances", c.answers, storage | copy)?,
-                    status: buffer(old.map(|o| &o.status), "certificates", c.status, storage | copy)?,
+                    answers: buffer(old.map(|o| &o.answers), "ranked answers", c.answers, storage | copy)?,
                     run_stats: buffer(old.map(|o| &o.run_stats), "run statistics", c.run_stats, storage)?,
-                    direct: c.direct,
                     distances_at,
                     status_at,
                     flags_at,
@@ -447,7 +437,7 @@ impl TileBuffers {
             _ => None,
         };
         let mut read_back_usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
-        if want.certify.is_some_and(|c| c.direct) {
+        if want.certify.is_some() && gpu.publishes() {
             read_back_usage |= storage;
         }
         // Every read-back buffer of a reused set is kept: a second one lets the host copy out
@@ -643,13 +633,13 @@ impl CorpusSession<'_> {
                 // shape (symmetric sweeps included) finds it as planned.
                 let mut query_rows = tiles.query_rows;
                 let fewest = query_rows.min(MIN_REUSED_QUERY_ROWS);
-                let mut within = earlier.sizes.hold(&TileSizes::of(gpu, d, &key)).then_some(key);
+                let mut within = earlier.sizes.hold(&TileSizes::of(d, &key)).then_some(key);
                 while within.is_none() && !tiles.symmetric && query_rows >= fewest {
                     let Ok(capped) = plan_with(plan::TileCaps { query: query_rows, ..gpu.tile_caps }) else {
                         break;
                     };
                     let candidate = key_of(capped);
-                    if earlier.sizes.hold(&TileSizes::of(gpu, d, &candidate)) {
+                    if earlier.sizes.hold(&TileSizes::of(d, &candidate)) {
                         within = Some(candidate);
                         break;
                     }
@@ -692,6 +682,7 @@ impl CorpusSession<'_> {
             incomplete: if tiles.symmetric { vec![false; nq] } else { Vec::new() },
             shortlisted: 0,
             buffers_allocated: !reused,
+            published: 0,
             symmetric: tiles.symmetric,
             shared_keys: buffers.shared_keys,
             ranked: certify.map(|c| BackendRanked {
@@ -713,7 +704,7 @@ impl CorpusSession<'_> {
             // any is finished.
             self.reset_rows(&buffers, exclude)?;
             for tile in &query_tiles {
-                self.sweep(queries, *tile, &[], kc, tiles, &buffers)?;
+                self.sweep(queries, *tile, &[], kc, tiles, &buffers, None)?;
                 // No row is final before the last tile, but the sweep is most of the work
                 // (tile I costs in proportion to its last row): progress counts it as 90%.
                 let swept = (tile.q0 + tile.rows) as f64 / nq as f64;
@@ -731,26 +722,31 @@ impl CorpusSession<'_> {
         // With two staging buffers, tile t is submitted before the host waits for tile t - 1's
         // results, whose copy out of mapped memory then runs on other threads beside tile t on
         // the GPU; with one, each tile is read before the next is submitted. The reader owns
-        // `out` until it is joined.
-        let out = std::thread::scope(|scope| -> Result<Candidates> {
+        // `out` until it is joined. Ranked answers of tile t - 1 then reach the staging buffer
+        // during tile t's sweep, which publishes them (`distance_publish.wgsl`); only the last
+        // tile's are copied after its ranking.
+        let double = buffers.staging.len() > 1;
+        let publishes = gpu.publishes() && double && !tiles.symmetric && certify.is_some() && buffers.certify.is_some();
+        let mut published = 0;
+        let mut out = std::thread::scope(|scope| -> Result<Candidates> {
             type Reader<'s> = std::thread::ScopedJoinHandle<'s, Result<(usize, Candidates)>>;
-            let double = buffers.staging.len() > 1;
             let mut out = Some(out);
             let mut reading: Option<Reader<'_>> = None;
-            // A submitted tile: its results, their mapping, its staging buffer.
-            let mut in_flight: Option<(TileRead, Mapping, usize)> = None;
+            // A submitted tile: its results, their mapping (requested once they are on their
+            // way: after the sweep that publishes them), its staging buffer.
+            let mut in_flight: Option<(TileRead, Option<Mapping>, usize)> = None;
             let collect = |reader: Reader<'_>, out: &mut Option<Candidates>| -> Result<()> {
                 let (done, candidates) = join(reader)?;
                 report(finished(done));
                 *out = Some(candidates);
                 Ok(())
             };
-            let start_reader = |(read, mapping, staging): (TileRead, Mapping, usize),
+            let start_reader = |(read, mapping, staging): (TileRead, Option<Mapping>, usize),
                                 mut candidates: Candidates|
              -> Result<Reader<'_>> {
                 let staging = &buffers.staging[staging];
                 let started = std::time::Instant::now();
-                mapping.wait(gpu)?;
+                mapping.unwrap_or_else(|| Mapping::request(staging, None)).wait(gpu)?;
                 gpu.add_transfer_time(started);
                 crate::trace::mark(|| format!("rows {}..{} mapped", read.q0, read.q0 + read.rows));
                 let b = &buffers;
@@ -765,14 +761,22 @@ impl CorpusSession<'_> {
                 if !tiles.symmetric {
                     // Queued before waiting for the reader below, so that the GPU sweeps this
                     // tile while the host copies out the one before last.
-                    self.sweep(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers)?;
+                    let unpublished = in_flight.as_ref().filter(|(_, mapping, _)| mapping.is_none());
+                    let publish = unpublished.map(|&(_, _, staging)| &buffers.staging[staging]);
+                    let index = self.sweep(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers, publish)?;
+                    if let Some((_, mapping @ None, staging)) = &mut in_flight {
+                        *mapping = Some(Mapping::request(&buffers.staging[*staging], Some(index)));
+                    }
                 }
                 // This tile's staging buffer was the one before last's: its reader is done.
                 if let Some(reader) = reading.take() {
                     collect(reader, &mut out)?;
                 }
                 let staging = t % buffers.staging.len();
-                let (read, mapping) = self.finish(tile, kc, certify, &buffers, &buffers.staging[staging])?;
+                let published_later = publishes && t + 1 < query_tiles.len();
+                published += if published_later { rows } else { 0 };
+                let (read, mapping) =
+                    self.finish(tile, kc, certify, &buffers, &buffers.staging[staging], published_later)?;
                 let submitted = (read, mapping, staging);
                 let ready = if double { in_flight.replace(submitted) } else { Some(submitted) };
                 if let Some(ready) = ready {
@@ -793,6 +797,7 @@ impl CorpusSession<'_> {
             }
             Ok(out.expect("the last reader returned the candidates"))
         })?;
+        out.published = published;
         *gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, buffers));
         Ok(out)
     }
@@ -838,6 +843,10 @@ impl CorpusSession<'_> {
     /// rows of earlier tiles merge what it appended to their shortlists. `exclude`: the
     /// tile's rows' exclusions, when its per-row state is set here (not in a symmetric
     /// sweep, which sets every row's at once).
+    /// Sweeps one query tile against the corpus. `publish`: the read-back buffer into which its
+    /// first distance dispatch copies the ranked answers of the query tile before
+    /// (`distance_publish.wgsl`). Returns the submission that does so.
+    #[allow(clippy::too_many_arguments)]
     fn sweep(
         &self,
         queries: MatrixRef<'_>,
@@ -846,7 +855,8 @@ impl CorpusSession<'_> {
         kc: usize,
         tiles: TilePlan,
         b: &TileBuffers,
-    ) -> Result<()> {
+        publish: Option<&wgpu::Buffer>,
+    ) -> Result<wgpu::SubmissionIndex> {
         let gpu = self.gpu;
         let device = &gpu.ctx.device;
         let d = queries.cols();
@@ -873,12 +883,12 @@ impl CorpusSession<'_> {
             &b.uniform,
             &[&b.raw_queries, &self.shift, &b.queries.vectors, &b.queries.norms],
         );
+        let published = publish.and_then(|read_back| Some((b.certify.as_ref()?, read_back)));
+        debug_assert_eq!(published.is_some(), publish.is_some(), "published answers are ranked ones");
         let distance_bind = |chunk: &PreparedRows| {
-            bind_group(
-                device,
-                &gpu.distance.layout,
+            gpu.distance_bind(
                 &b.uniform,
-                &[
+                [
                     &b.queries.vectors,
                     &chunk.vectors,
                     &b.queries.norms,
@@ -888,6 +898,7 @@ impl CorpusSession<'_> {
                     &b.shortlist_len,
                     &b.shortlist,
                 ],
+                published.map(|(cb, read_back)| (&cb.answers, read_back)),
             )
         };
         // A symmetric sweep stops at the tile's last row: later rows meet this tile as columns.
@@ -910,6 +921,7 @@ impl CorpusSession<'_> {
             (0..starts.len()).map(|i| vec![i]).collect()
         };
         let mut first_tile = true;
+        let mut publishing = None;
         for (batch_no, batch) in batches.iter().enumerate() {
             let streamed: Vec<PreparedRows> = if self.plan.resident {
                 Vec::new()
@@ -981,6 +993,12 @@ impl CorpusSession<'_> {
                         row_base: base as u32,
                         column_end: if symmetric { q0 as u32 } else { 0 },
                         column_cap: cap as u32,
+                        // In whole vec4s: the layout's parts start at multiples of 256 bytes.
+                        publish_len: match published {
+                            Some((cb, _)) if first_tile => (cb.flags_at / 16) as u32,
+                            _ => 0,
+                        },
+                        ..Default::default()
                     });
                     jobs.push(Job { step: Step::Distance, offset, groups: (gx, gy), bind: dbind });
                     let (sx, sy) = grid(rows, gpu.max_groups);
@@ -1037,12 +1055,13 @@ impl CorpusSession<'_> {
             }
             let submitted = gpu.submit(encoder, &jobs)?;
             crate::trace::mark(|| format!("rows {q0}..{} swept against chunk {batch_no} (submitted)", q0 + rows));
+            publishing.get_or_insert(submitted.index.clone());
             if !self.plan.resident {
                 // A streamed chunk is freed when its tiles have run: one in memory at a time.
                 gpu.completion(submitted)?;
             }
         }
-        Ok(())
+        publishing.ok_or_else(|| crate::error::Error::Gpu("a corpus of no rows has nothing to sweep".into()))
     }
 
     /// Sorts every row's list by index (`sort_by_index`), for exact keys shared by the two
@@ -1065,11 +1084,22 @@ impl CorpusSession<'_> {
             reported_as: reported_as(self.metric),
             _pad: 0,
         });
-        let bind = bind_group(
+        let whole = |buffer| wgpu::BufferBinding { buffer, offset: 0, size: None };
+        let [ids, distances, status] = cb.bindings();
+        let bind = bind_group_ranges(
             &gpu.ctx.device,
             &kernels.rows.layout,
             &b.uniform,
-            &[&b.candidates, keys, &b.row_state, &cb.error_bounds, &cb.ids, &cb.distances, &cb.status, &cb.run_stats],
+            &[
+                whole(&b.candidates),
+                whole(keys),
+                whole(&b.row_state),
+                whole(&cb.error_bounds),
+                ids,
+                distances,
+                status,
+                whole(&cb.run_stats),
+            ],
         );
         gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
         let job = Job { step: Step::SortByIndex, offset, groups: (gx, gy), bind: &bind };
@@ -1078,7 +1108,9 @@ impl CorpusSession<'_> {
     }
 
     /// Finishes one swept query tile: exact keys and certificates where the GPU computes them,
-    /// then copies its results into `staging`, whose mapping for the host is requested.
+    /// then copies its results into `staging`, whose mapping for the host is requested. Ranked
+    /// answers that the next query tile's sweep publishes (`published_later`) are left in GPU
+    /// memory: only the failure flags are copied, and the mapping waits for that sweep.
     fn finish(
         &self,
         tile: QueryTile,
@@ -1086,7 +1118,8 @@ impl CorpusSession<'_> {
         certify: Option<&Certify<'_>>,
         b: &TileBuffers,
         staging: &wgpu::Buffer,
-    ) -> Result<(TileRead, Mapping)> {
+        published_later: bool,
+    ) -> Result<(TileRead, Option<Mapping>)> {
         let gpu = self.gpu;
         let device = &gpu.ctx.device;
         let d = self.corpus.cols();
@@ -1188,20 +1221,7 @@ impl CorpusSession<'_> {
                 };
                 let offset = params.push(certify_params);
                 let whole = |buffer, offset| wgpu::BufferBinding { buffer, offset, size: None };
-                let part = |buffer, offset, bytes: usize| wgpu::BufferBinding {
-                    buffer,
-                    offset,
-                    size: std::num::NonZeroU64::new(bytes as u64),
-                };
-                let (ids, distances, status) = if cb.direct {
-                    (
-                        part(staging, 0, rows * cb.k * 4),
-                        part(staging, cb.distances_at, rows * cb.k * 4),
-                        part(staging, cb.status_at, rows * 4),
-                    )
-                } else {
-                    (whole(&cb.ids, 0), whole(&cb.distances, 0), whole(&cb.status, 0))
-                };
+                let [ids, distances, status] = cb.bindings();
                 certify_bind = bind_group_ranges(
                     device,
                     &kernel.rows.layout,
@@ -1234,13 +1254,11 @@ impl CorpusSession<'_> {
         let started = std::time::Instant::now();
         let mut encoder = device.create_command_encoder(&Default::default());
         let flags_at = base * 4;
-        let read = if let (Some(cb), true) = (&b.certify, certify.is_some()) {
+        let ranked = b.certify.as_ref().filter(|_| certify.is_some());
+        let read = if let Some(cb) = ranked {
             // Only the ranked answers, the certificates and the failure flags come back.
-            let k = cb.k;
-            if !cb.direct {
-                encoder.copy_buffer_to_buffer(&cb.ids, 0, staging, 0, (rows * k * 4) as u64);
-                encoder.copy_buffer_to_buffer(&cb.distances, 0, staging, cb.distances_at, (rows * k * 4) as u64);
-                encoder.copy_buffer_to_buffer(&cb.status, 0, staging, cb.status_at, (rows * 4) as u64);
+            if !published_later {
+                encoder.copy_buffer_to_buffer(&cb.answers, 0, staging, 0, cb.flags_at);
             }
             encoder.copy_buffer_to_buffer(&b.failed, flags_at, staging, cb.flags_at, (rows * 4) as u64);
             TileRead { q0, rows, kc, ranked: true }
@@ -1256,7 +1274,8 @@ impl CorpusSession<'_> {
         };
         let index = gpu.ctx.queue.submit([encoder.finish()]);
         gpu.add_transfer_time(started);
-        Ok((read, Mapping::request(staging, Some(index))))
+        debug_assert!(!published_later || ranked.is_some(), "only ranked answers are published");
+        Ok((read, (!published_later).then(|| Mapping::request(staging, Some(index)))))
     }
 }
 

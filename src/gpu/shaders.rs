@@ -4,6 +4,9 @@
 pub const NORMS: &str = include_str!("../../shaders/norms.wgsl");
 /// The register-blocked distance GEMM (`shaders/distance.wgsl`), before unrolling.
 const DISTANCE: &str = include_str!("../../shaders/distance.wgsl");
+/// Copies the previous query tile's ranked answers into the read-back buffer from inside the
+/// distance GEMM (`shaders/distance_publish.wgsl`).
+const DISTANCE_PUBLISH: &str = include_str!("../../shaders/distance_publish.wgsl");
 /// Quick multi-select, without its entry point (`shaders/select.wgsl`).
 const SELECT: &str = include_str!("../../shaders/select.wgsl");
 /// Ballot helpers and the `select_rows` entry point with subgroups (`shaders/select_entry_subgroup.wgsl`).
@@ -32,9 +35,12 @@ pub fn select(subgroups: bool) -> String {
     }
 }
 
-/// The distance GEMM for workgroup tiles `depth` deep, its marked loops unrolled.
-pub fn distance(depth: u32) -> String {
-    unroll(DISTANCE, &[("BK", depth)])
+/// The distance GEMM for workgroup tiles `depth` deep, its marked loops unrolled. `publish`:
+/// with the bindings that publish a tile's answers (where mapped buffers can be bound as
+/// storage), else with an empty `publish_answers`.
+pub fn distance(depth: u32, publish: bool) -> String {
+    let publish = if publish { DISTANCE_PUBLISH } else { "fn publish_answers(group: u32, lid: u32) {}\n" };
+    unroll(&format!("{DISTANCE}\n{publish}"), &[("BK", depth)])
 }
 
 /// Loads of each row in flight per invocation and step in refine_vec4.wgsl (`DEPTH`).
@@ -108,7 +114,8 @@ pub fn all() -> Vec<ShaderModuleInfo> {
     let m = |name, source: String, subgroups, f64| ShaderModuleInfo { name, source, subgroups, f64 };
     vec![
         m("norms", NORMS.to_string(), false, false),
-        m("distance", distance(super::TILE_K), false, false),
+        m("distance", distance(super::TILE_K, false), false, false),
+        m("distance_publish", distance(super::TILE_K, true), false, false),
         m("select_subgroup", select(true), true, false),
         m("select_workgroup", select(false), false, false),
         m("refine_scalar", refine(false), false, true),

@@ -412,6 +412,36 @@ pub fn long_list_cases() -> Vec<Case> {
     ]
 }
 
+/// Graphs and a search in several query tiles, each ranked on the GPU (where the adapter has
+/// f64) and its answers published during the next tile's distance kernel; the last tile's
+/// are copied after its ranking. Short lists, lists of one ranking run, lists of several.
+pub fn published_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(37);
+    vec![
+        Case {
+            name: "euclidean: graph n=1800 d=12 k=30 in query tiles".into(),
+            corpus: random(&mut rng, 1800, 12, 0.5),
+            queries: None,
+            k: 30,
+            metric: Metric::Euclidean,
+        },
+        Case {
+            name: "inner product: search 1100 x 700 queries d=8 k=300 in query tiles".into(),
+            corpus: random(&mut rng, 1100, 8, 0.2),
+            queries: Some(random(&mut rng, 700, 8, 0.2)),
+            k: 300,
+            metric: Metric::InnerProduct,
+        },
+        Case {
+            name: "cosine: lattice graph n=1300 d=3 k=1100 offset 1000 in query tiles".into(),
+            corpus: lattice(&mut rng, 1300, 3, 5, 1000.0),
+            queries: None,
+            k: 1100,
+            metric: Metric::Cosine,
+        },
+    ]
+}
+
 /// Corpora of one shape one after another: an engine keeps the buffers of the last corpus for
 /// the next one of its shape, and each must be answered from its own rows.
 pub fn same_shape_cases() -> Vec<Case> {
