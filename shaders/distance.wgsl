@@ -256,7 +256,6 @@ fn distance_tile(
     let tile = wid.x + wid.y * params.groups_x;
     let row0 = (tile / tiles_n) * BM;
     let col0 = (tile % tiles_n) * BN;
-    publish_answers(tile, lid);
     if (row0 >= params.q_rows) {
         return;
     }
@@ -354,4 +353,6 @@ fn distance_tile(
     store_row(row0 + ty * 4u + 1u + 1u * (BM / 2u), c, r5c0, r5c1, cn0, cn1, cb0, cb1);
     store_row(row0 + ty * 4u + 2u + 1u * (BM / 2u), c, r6c0, r6c1, cn0, cn1, cb0, cb1);
     store_row(row0 + ty * 4u + 3u + 1u * (BM / 2u), c, r7c0, r7c1, cn0, cn1, cb0, cb1);
+    // Last, when the GEMM's registers are free.
+    publish_answers(tile, lid);
 }

@@ -219,10 +219,11 @@ impl GpuEngine {
             jobs_at.push((offset, (gx, gy)));
         }
         let uniform_buf = self.upload_uniform(&params)?;
-        let bind = self.distance_bind(
+        let bind = bind_group(
+            &self.ctx.device,
+            &self.distance.layout,
             &uniform_buf,
-            [&queries, &corpus, &q_norm_buf, &c_norm_buf, &row_state, &dist, &no_shortlist_len, &no_shortlist],
-            None,
+            &[&queries, &corpus, &q_norm_buf, &c_norm_buf, &row_state, &dist, &no_shortlist_len, &no_shortlist],
         );
         let jobs: Vec<Job<'_>> =
             jobs_at.iter().map(|&(offset, groups)| Job { step: Step::Distance, offset, groups, bind: &bind }).collect();

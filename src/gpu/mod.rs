@@ -248,9 +248,11 @@ pub(crate) struct GpuEngine {
     ctx: Context,
     norms: Kernel,
     distance: Kernel,
-    /// Where the distance kernel publishes ranked answers (`distance_publish.wgsl`): two
-    /// small buffers bound in their place by dispatches that publish nothing.
-    publish: Option<NoPublish>,
+    /// The distance kernel that also publishes ranked answers (`distance_publish.wgsl`), where
+    /// mapped buffers can be bound as storage: a module of its own, so that the dispatches
+    /// that publish nothing run the plain kernel (the publishing prologue alone cost the GEMM
+    /// 4% on an H100).
+    distance_publish: Option<Kernel>,
     select: Kernel,
     /// `select_rows_per_subgroup`, for merging short candidate lists, where subgroups exist.
     merge_per_subgroup: Option<wgpu::ComputePipeline>,
@@ -277,12 +279,6 @@ pub(crate) struct GpuEngine {
     max_binding: u64,
     /// Bytes the engine may allocate; halved after each out-of-memory error.
     budget: std::sync::atomic::AtomicU64,
-}
-
-/// Stand-ins for the answers and the read-back buffer of `distance_publish.wgsl`.
-struct NoPublish {
-    answers: wgpu::Buffer,
-    read_back: wgpu::Buffer,
 }
 
 #[derive(Clone, Copy)]
@@ -399,10 +395,7 @@ impl GpuEngine {
         }
         let tile = [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", depth as f64)];
         let select_slots = [RO, RW, RW, RW, RW, RW, RW, RO];
-        // Publishing binds two more storage buffers, one of them mapped.
-        let publishes = ctx.mappable_storage && ctx.limits.max_storage_buffers_per_shader_stage >= 10;
-        let distance_slots: &[Slot] =
-            if publishes { &[RO, RO, RO, RO, RO, RW, RW, RW, RO, RW] } else { &[RO, RO, RO, RO, RO, RW, RW, RW] };
+        let distance_slots = [RO, RO, RO, RO, RO, RW, RW, RW];
         let (norms, distance, select, merge_per_subgroup) = ctx.allocating(|| {
             let module = shader_module(&ctx, "select", &shaders::select(ctx.subgroups), Checks::Checked);
             let select = kernel(&ctx, "select", &module, "select_rows", &select_slots, &[]);
@@ -411,26 +404,21 @@ impl GpuEngine {
                 pipeline(&ctx, "merge per subgroup", &select.layout, &module, "select_rows_per_subgroup", &[])
             });
             let norms = shader_module(&ctx, "norms", shaders::NORMS, Checks::Checked);
-            let distance = shader_module(&ctx, "distance", &shaders::distance(depth, publishes), Checks::Unchecked);
+            let distance = shader_module(&ctx, "distance", &shaders::distance(depth, false), Checks::Unchecked);
             (
                 kernel(&ctx, "norms", &norms, "prepare_rows", &[RO, RO, RW, RW], &[]),
-                kernel(&ctx, "distance", &distance, "distance_tile", distance_slots, &tile),
+                kernel(&ctx, "distance", &distance, "distance_tile", &distance_slots, &tile),
                 select,
                 merge,
             )
         })?;
-        let publish = if publishes {
-            let placeholder = |label| {
-                ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some(label),
-                    size: 16,
-                    usage: wgpu::BufferUsages::STORAGE,
-                    mapped_at_creation: false,
-                })
-            };
-            Some(ctx.allocating(|| NoPublish {
-                answers: placeholder("no answers to publish"),
-                read_back: placeholder("no read-back to publish into"),
+        // Publishing binds two more storage buffers, one of them mapped.
+        let distance_publish = if ctx.mappable_storage && ctx.limits.max_storage_buffers_per_shader_stage >= 10 {
+            let slots = [distance_slots.as_slice(), &[RO, RW]].concat();
+            Some(ctx.allocating(|| {
+                let source = shaders::distance(depth, true);
+                let module = shader_module(&ctx, "distance publishing", &source, Checks::Unchecked);
+                kernel(&ctx, "distance publishing", &module, "distance_tile", &slots, &tile)
             })?)
         } else {
             None
@@ -505,7 +493,7 @@ impl GpuEngine {
             ctx,
             norms,
             distance,
-            publish,
+            distance_publish,
             select,
             merge_per_subgroup,
             refine,
@@ -524,25 +512,9 @@ impl GpuEngine {
         })
     }
 
-    /// A bind group of the distance kernel: `storage` its eight buffers, then where the kernel
-    /// publishes, the answers and the read-back buffer they go to (`publish`), or stand-ins.
-    fn distance_bind(
-        &self,
-        uniform: &wgpu::Buffer,
-        storage: [&wgpu::Buffer; 8],
-        publish: Option<(&wgpu::Buffer, &wgpu::Buffer)>,
-    ) -> wgpu::BindGroup {
-        let mut buffers = storage.to_vec();
-        if let Some(none) = &self.publish {
-            let (answers, read_back) = publish.unwrap_or((&none.answers, &none.read_back));
-            buffers.extend([answers, read_back]);
-        }
-        bind_group(&self.ctx.device, &self.distance.layout, uniform, &buffers)
-    }
-
-    /// Whether the distance kernel publishes ranked answers (`distance_publish.wgsl`).
+    /// Whether the distance kernel can publish ranked answers (`distance_publish.wgsl`).
     fn publishes(&self) -> bool {
-        self.publish.is_some()
+        self.distance_publish.is_some()
     }
 
     /// Rows per workgroup of `select_rows_per_subgroup`, when it exists: sized for the
@@ -643,6 +615,8 @@ impl GpuEngine {
 enum Step {
     Norms,
     Distance,
+    /// A distance tile that also publishes the previous query tile's answers.
+    DistancePublishing,
     SelectRows,
     /// A merge by one subgroup per row (`select_rows_per_subgroup`), for short lists where
     /// the adapter has subgroups.
@@ -742,7 +716,7 @@ impl GpuTimes {
     fn add(&mut self, step: Step, seconds: f64) {
         match step {
             Step::Norms => self.prepare_rows += seconds,
-            Step::Distance => self.distance += seconds,
+            Step::Distance | Step::DistancePublishing => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
             Step::Merge | Step::MergeWide => self.merge += seconds,
             Step::Refine
@@ -799,6 +773,9 @@ impl GpuEngine {
                 let pipeline = match job.step {
                     Step::Norms => &self.norms.pipeline,
                     Step::Distance => &self.distance.pipeline,
+                    Step::DistancePublishing => {
+                        &self.distance_publish.as_ref().expect("only planned where it exists").pipeline
+                    }
                     Step::SelectRows => &self.select.pipeline,
                     Step::Merge => self.merge_per_subgroup.as_ref().expect("only planned with subgroups"),
                     Step::MergeWide => &self.select.pipeline,

@@ -746,6 +746,8 @@ impl CorpusSession<'_> {
              -> Result<Reader<'_>> {
                 let staging = &buffers.staging[staging];
                 let started = std::time::Instant::now();
+                // Waited for here, not on the reader's thread: wgpu 30 cannot be polled from
+                // two threads at once (an assertion in its poll fails).
                 mapping.unwrap_or_else(|| Mapping::request(staging, None)).wait(gpu)?;
                 gpu.add_transfer_time(started);
                 crate::trace::mark(|| format!("rows {}..{} mapped", read.q0, read.q0 + read.rows));
@@ -883,24 +885,12 @@ impl CorpusSession<'_> {
             &b.uniform,
             &[&b.raw_queries, &self.shift, &b.queries.vectors, &b.queries.norms],
         );
-        let published = publish.and_then(|read_back| Some((b.certify.as_ref()?, read_back)));
+        // The publishing kernel, with the answers and where they go, where this sweep publishes.
+        let published =
+            publish.and_then(|read_back| Some((b.certify.as_ref()?, read_back, gpu.distance_publish.as_ref()?)));
         debug_assert_eq!(published.is_some(), publish.is_some(), "published answers are ranked ones");
-        let distance_bind = |chunk: &PreparedRows| {
-            gpu.distance_bind(
-                &b.uniform,
-                [
-                    &b.queries.vectors,
-                    &chunk.vectors,
-                    &b.queries.norms,
-                    &chunk.norms,
-                    &b.row_state,
-                    &b.dist,
-                    &b.shortlist_len,
-                    &b.shortlist,
-                ],
-                published.map(|(cb, read_back)| (&cb.answers, read_back)),
-            )
-        };
+        let distance_bind =
+            |chunk: &PreparedRows| bind_group(device, &gpu.distance.layout, &b.uniform, &distance_buffers(b, chunk));
         // A symmetric sweep stops at the tile's last row: later rows meet this tile as columns.
         let columns_end = if symmetric { q0 + rows } else { self.corpus.rows() };
         // Column rows that merge this tile's keys: the rows of earlier tiles, a query tile's
@@ -942,6 +932,11 @@ impl CorpusSession<'_> {
                 streamed.iter().collect()
             };
             let distance_binds: Vec<wgpu::BindGroup> = chunks.iter().map(|c| distance_bind(c)).collect();
+            // Only the sweep's first distance tile publishes.
+            let publishing_bind = published.filter(|_| first_tile).map(|(cb, read_back, kernel)| {
+                let buffers = [distance_buffers(b, chunks[0]).as_slice(), &[&cb.answers, read_back]].concat();
+                bind_group(device, &kernel.layout, &b.uniform, &buffers)
+            });
             // Distance tiles of each chunk: (first row in the chunk, rows).
             let column_tiles: Vec<Vec<(usize, usize)>> = chunks
                 .iter()
@@ -995,12 +990,18 @@ impl CorpusSession<'_> {
                         column_cap: cap as u32,
                         // In whole vec4s: the layout's parts start at multiples of 256 bytes.
                         publish_len: match published {
-                            Some((cb, _)) if first_tile => (cb.flags_at / 16) as u32,
+                            Some((cb, _, _)) if first_tile => (cb.flags_at / 16) as u32,
                             _ => 0,
                         },
                         ..Default::default()
                     });
-                    jobs.push(Job { step: Step::Distance, offset, groups: (gx, gy), bind: dbind });
+                    let job = match &publishing_bind {
+                        Some(bind) if first_tile => {
+                            Job { step: Step::DistancePublishing, offset, groups: (gx, gy), bind }
+                        }
+                        _ => Job { step: Step::Distance, offset, groups: (gx, gy), bind: dbind },
+                    };
+                    jobs.push(job);
                     let (sx, sy) = grid(rows, gpu.max_groups);
                     // Running lists of all state rows first, then the latest tile's lists.
                     let tile_region = ((b.state_rows - base) * kc) as u32;
@@ -1349,6 +1350,20 @@ impl TileRead {
         gpu.add_transfer_time(started);
         Ok(())
     }
+}
+
+/// The distance kernel's storage buffers for query tile buffers `b` against `chunk`.
+fn distance_buffers<'a>(b: &'a TileBuffers, chunk: &'a PreparedRows) -> [&'a wgpu::Buffer; 8] {
+    [
+        &b.queries.vectors,
+        &chunk.vectors,
+        &b.queries.norms,
+        &chunk.norms,
+        &b.row_state,
+        &b.dist,
+        &b.shortlist_len,
+        &b.shortlist,
+    ]
 }
 
 /// Waits for a query tile's reader thread.
