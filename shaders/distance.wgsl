@@ -32,12 +32,12 @@
 // row's shortlist too. Keys of (x, y) and (y, x) are bitwise equal: the same fused
 // multiply-adds in the same order, and norms that commute.
 //
-// Publishing (publish_len > 0, shaders/distance_publish.wgsl): the ranked answers of the query
-// tile before this one are copied from GPU memory into the mapped read-back buffer, a slice
-// per workgroup. wgpu has one queue, and its barriers make every dispatch wait for all earlier
-// work, so a copy of its own would hold the GPU while the answers cross PCIe; spread over the
-// GEMM's workgroups, the transfer runs under the arithmetic. The module built without it
-// (adapters whose mapped buffers cannot be bound as storage) has an empty `publish_answers`.
+// Publishing (shaders/distance_publish.wgsl, a module of its own): the ranked answers of the
+// query tile before this one are copied from GPU memory into the mapped read-back buffer by
+// workgroups interleaved with the GEMM's. wgpu has one queue, and its barriers make every
+// dispatch wait for all earlier work, so a copy of its own would hold the GPU while the
+// answers cross PCIe; spread over the dispatch, the transfer runs under the arithmetic. The
+// plain module runs every workgroup as a tile (`publishes_instead`, `gemm_tile` below).
 
 struct Params {
     q_rows: u32,     // valid query rows in this tile
@@ -252,8 +252,12 @@ fn distance_tile(
     @builtin(local_invocation_index) lid: u32,
     @builtin(workgroup_id) wid: vec3<u32>,
 ) {
+    let group = wid.x + wid.y * params.groups_x;
+    if (publishes_instead(group, lid)) {
+        return;
+    }
     let tiles_n = (params.c_rows + BN - 1u) / BN;
-    let tile = wid.x + wid.y * params.groups_x;
+    let tile = gemm_tile(group);
     let row0 = (tile / tiles_n) * BM;
     let col0 = (tile % tiles_n) * BN;
     if (row0 >= params.q_rows) {
@@ -353,6 +357,4 @@ fn distance_tile(
     store_row(row0 + ty * 4u + 1u + 1u * (BM / 2u), c, r5c0, r5c1, cn0, cn1, cb0, cb1);
     store_row(row0 + ty * 4u + 2u + 1u * (BM / 2u), c, r6c0, r6c1, cn0, cn1, cb0, cb1);
     store_row(row0 + ty * 4u + 3u + 1u * (BM / 2u), c, r7c0, r7c1, cn0, cn1, cb0, cb1);
-    // Last, when the GEMM's registers are free.
-    publish_answers(tile, lid);
 }

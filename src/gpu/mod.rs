@@ -94,6 +94,16 @@ const MAX_TILE_K: u32 = 32;
 const _: () = assert!((TILE_M / 4 + TILE_N / 4) * (MAX_TILE_K / 4) <= 2 * (TILE_M / 8) * (TILE_N / 8));
 const _: () = assert!(TILE_M.is_multiple_of(8) && TILE_N.is_multiple_of(8) && TILE_K.is_multiple_of(4));
 
+/// In the publishing distance kernel, every this many workgroups one copies answers instead of
+/// computing a tile (`PUBLISH_STRIDE` in distance_publish.wgsl, built in by `shaders::distance`).
+const PUBLISH_STRIDE: usize = 16;
+
+/// Workgroups of a publishing distance dispatch of `tiles` tiles: whole runs of
+/// `PUBLISH_STRIDE`, each ending in a copying workgroup.
+fn publishing_groups(tiles: usize) -> usize {
+    tiles.div_ceil(PUBLISH_STRIDE - 1) * PUBLISH_STRIDE
+}
+
 /// `Params` of norms.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]

@@ -4,10 +4,10 @@
 use rayon::prelude::*;
 
 use super::{
-    bind_group, bind_group_at, bind_group_ranges, grid, metric_modes, read_mapped, refine_group, reported_as,
-    scalar_refine_group, CertifyParams, DistanceParams, GpuEngine, Job, Mapping, NormsParams, ParamSlots, PreparedRows,
-    RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, REFINE_WG, TILE_M, TILE_N,
-    WIDE_MERGE_KC, WIDE_ROWS,
+    bind_group, bind_group_at, bind_group_ranges, grid, metric_modes, publishing_groups, read_mapped, refine_group,
+    reported_as, scalar_refine_group, CertifyParams, DistanceParams, GpuEngine, Job, Mapping, NormsParams, ParamSlots,
+    PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, REFINE_WG, TILE_M,
+    TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
 };
 use crate::data::MatrixRef;
 use crate::error::Result;
@@ -973,8 +973,10 @@ impl CorpusSession<'_> {
                     // From the second tile on, rows have a bound and keys under it go to
                     // their shortlists.
                     let shortlist_cap = if first_tile { 0 } else { cap as u32 };
-                    let (gx, gy) =
-                        grid(rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize), gpu.max_groups);
+                    let gemm_tiles = rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize);
+                    let publishing = publishing_bind.as_ref().filter(|_| first_tile);
+                    let groups = if publishing.is_some() { publishing_groups(gemm_tiles) } else { gemm_tiles };
+                    let (gx, gy) = grid(groups, gpu.max_groups);
                     let offset = params.push(DistanceParams {
                         q_rows: rows as u32,
                         c_rows: cols as u32,
@@ -995,11 +997,9 @@ impl CorpusSession<'_> {
                         },
                         ..Default::default()
                     });
-                    let job = match &publishing_bind {
-                        Some(bind) if first_tile => {
-                            Job { step: Step::DistancePublishing, offset, groups: (gx, gy), bind }
-                        }
-                        _ => Job { step: Step::Distance, offset, groups: (gx, gy), bind: dbind },
+                    let job = match publishing {
+                        Some(bind) => Job { step: Step::DistancePublishing, offset, groups: (gx, gy), bind },
+                        None => Job { step: Step::Distance, offset, groups: (gx, gy), bind: dbind },
                     };
                     jobs.push(job);
                     let (sx, sy) = grid(rows, gpu.max_groups);

@@ -35,11 +35,26 @@ pub fn select(subgroups: bool) -> String {
     }
 }
 
+/// Every workgroup of the plain distance module computes a tile.
+const PLAIN_TILES: &str = "
+fn publishes_instead(group: u32, lid: u32) -> bool {
+    return false;
+}
+
+fn gemm_tile(group: u32) -> u32 {
+    return group;
+}
+";
+
 /// The distance GEMM for workgroup tiles `depth` deep, its marked loops unrolled. `publish`:
-/// with the bindings that publish a tile's answers (where mapped buffers can be bound as
-/// storage), else with an empty `publish_answers`.
+/// with the bindings and workgroups that publish a query tile's answers (where mapped buffers
+/// can be bound as storage), else every workgroup a tile.
 pub fn distance(depth: u32, publish: bool) -> String {
-    let publish = if publish { DISTANCE_PUBLISH } else { "fn publish_answers(group: u32, lid: u32) {}\n" };
+    let publish = if publish {
+        format!("const PUBLISH_STRIDE: u32 = {}u;\n{DISTANCE_PUBLISH}", super::PUBLISH_STRIDE)
+    } else {
+        PLAIN_TILES.to_string()
+    };
     unroll(&format!("{DISTANCE}\n{publish}"), &[("BK", depth)])
 }
 
