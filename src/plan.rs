@@ -40,7 +40,9 @@ pub(crate) struct TilePlan {
     /// in random order a tile adds about kc / tiles-so-far of them); 0 when there are none.
     pub shortlist_cap: usize,
     /// Read-back buffers: 2 lets one query tile's results be copied out on the host while the
-    /// next tile runs; 1 under a budget where the second would cost a quarter of the tile.
+    /// next tile runs, 3 lets the host wait only for tiles two behind the GPU (whose answers the
+    /// tile after them publishes); fewer under a budget where more would cost a quarter of
+    /// the tile.
     pub read_backs: usize,
     /// A graph in symmetric blocks ([`plan_symmetric`]): every row's running list, bound and
     /// shortlist stay on the GPU for the whole sweep.
@@ -174,11 +176,13 @@ fn plan_tiles_within(
         shortlist_cap = 0;
         query_rows = dense_rows;
     }
-    let (overlapped_rows, _) = query_rows_with(shortlist_cap, 2);
-    let read_backs = if overlapped_rows >= query_rows - query_rows / 4 && overlapped_rows > 0 { 2 } else { 1 };
-    if read_backs == 2 {
-        query_rows = overlapped_rows;
-    }
+    // The most read-back buffers that leave three quarters of the tile.
+    let (read_backs, rows) = [3, 2]
+        .into_iter()
+        .map(|read_backs| (read_backs, query_rows_with(shortlist_cap, read_backs).0))
+        .find(|&(_, rows)| rows >= query_rows - query_rows / 4 && rows > 0)
+        .unwrap_or((1, query_rows));
+    query_rows = rows;
     if query_rows == 0 {
         return Err(Error::TooLargeForDevice(format!(
             "{kc} candidates per query need {per_query_row} bytes per query row, more than the GPU memory budget \
@@ -392,12 +396,12 @@ mod tests {
     }
 
     #[test]
-    fn a_second_read_back_buffer_only_where_it_costs_little() {
+    fn more_read_back_buffers_only_where_they_cost_little() {
         let plan = |n: usize, kc: usize, budget: u64| {
             let dev = DeviceBudget { max_binding: 128 << 20, budget };
             plan_tiles(n, 70, kc, plan_corpus(n, 70, dev).unwrap(), n, TileCaps::default(), dev).unwrap()
         };
-        assert_eq!(plan(65536, 1250, 1 << 30).read_backs, 2);
+        assert_eq!(plan(65536, 1250, 1 << 30).read_backs, 3);
         // The 48 KiB budget of the GPU tests' smallest tiles, after two widenings of k = 20.
         let tight = plan(300, 300, 48 << 10);
         assert_eq!(tight.read_backs, 1);

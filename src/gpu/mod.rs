@@ -717,6 +717,11 @@ pub struct GpuTimes {
     /// Host time from each submission to its completion, summed: `span` plus launch and
     /// completion latency.
     pub submitted: f64,
+    /// Host time recording command buffers, summed (before `submitted` starts).
+    pub recording: f64,
+    /// Host time inside wgpu's submissions (validation, resource tracking, the driver's
+    /// submit), summed: part of `submitted`'s lead over `span`.
+    pub submit_calls: f64,
     /// Host time creating the buffers of a round of candidates and the host arrays that
     /// receive them.
     pub allocation: f64,
@@ -776,6 +781,7 @@ impl GpuEngine {
     /// runs in submission order and the host goes on: it waits only where it reads results
     /// (mapping a staging buffer) or, when profiling, here, to read the timestamps.
     fn submit(&self, mut encoder: wgpu::CommandEncoder, jobs: &[Job<'_>]) -> Result<Submitted> {
+        let recording = std::time::Instant::now();
         let timed = self.profiler.as_ref().map(|p| (p, (jobs.len() as u32).min(p.capacity / 2)));
         {
             let mut pass = encoder.begin_compute_pass(&Default::default());
@@ -818,6 +824,7 @@ impl GpuEngine {
         }
         let started = std::time::Instant::now();
         let index = self.ctx.queue.submit([encoder.finish()]);
+        let returned = std::time::Instant::now();
         let Some((p, n)) = timed else {
             return Ok(Submitted { index, completed: None });
         };
@@ -833,6 +840,8 @@ impl GpuEngine {
             }
             times.span += stamps[2 * n as usize - 1].saturating_sub(stamps[0]) as f64 * period;
             times.submitted += waited;
+            times.recording += (started - recording).as_secs_f64();
+            times.submit_calls += (returned - started).as_secs_f64();
         }
         Ok(Submitted { index, completed: Some(completed) })
     }

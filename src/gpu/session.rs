@@ -1,6 +1,8 @@
 //! A corpus on the GPU and the candidate search against it: query tiles, distance tiles,
 //! selection, merges, exact keys and certificates, and the buffers they reuse.
 
+use std::collections::VecDeque;
+
 use rayon::prelude::*;
 
 use super::{
@@ -349,7 +351,7 @@ impl TileSizes {
     }
 
     /// Whether buffers of these sizes can serve a set of `want`'s: each at least as large
-    /// and used the same way, and at least as many read-back buffers.
+    /// and used the same way, and as many read-back buffers (up to two).
     fn hold(&self, want: &TileSizes) -> bool {
         let certify = match (&self.certify, &want.certify) {
             (Some(c), Some(w)) => {
@@ -364,7 +366,9 @@ impl TileSizes {
             _ => false,
         };
         let sizes = self.plain_sizes().into_iter().zip(want.plain_sizes()).all(|(have, need)| have >= need);
-        certify && exact && sizes && self.read_backs >= want.read_backs
+        // A third read-back buffer only gives the host slack: two serve a set that wants three
+        // (a symmetric sweep's set, with two, serves its later rounds).
+        certify && exact && sizes && self.read_backs >= want.read_backs.min(2)
     }
 
     /// The sizes of the buffers every set has.
@@ -719,32 +723,33 @@ impl CorpusSession<'_> {
             true => ((SWEEP_SHARE + (1.0 - SWEEP_SHARE) * done as f64 / nq as f64) * nq as f64) as usize,
             false => done,
         };
-        // With two staging buffers, tile t is submitted before the host waits for tile t - 1's
-        // results, whose copy out of mapped memory then runs on other threads beside tile t on
-        // the GPU; with one, each tile is read before the next is submitted. The reader owns
-        // `out` until it is joined. Ranked answers of tile t - 1 then reach the staging buffer
+        // Tile t's results go to staging buffer t % slots. With several, tile t is submitted
+        // before the host reads an earlier tile's results, whose copy out of mapped memory then
+        // runs on another thread beside the GPU; the host waits only for tiles `slots - 1`
+        // behind the last one finished. Ranked answers of tile t - 1 reach their staging buffer
         // during tile t's sweep, which publishes them (`distance_publish.wgsl`); only the last
-        // tile's are copied after its ranking.
-        let double = buffers.staging.len() > 1;
-        let publishes = gpu.publishes() && double && !tiles.symmetric && certify.is_some() && buffers.certify.is_some();
+        // tile's are copied after its ranking. The reader owns `out` until it is joined.
+        let slots = buffers.staging.len();
+        let publishes = gpu.publishes() && slots > 1 && !tiles.symmetric && certify.is_some() && buffers.certify.is_some();
         let mut published = 0;
         let mut out = std::thread::scope(|scope| -> Result<Candidates> {
             type Reader<'s> = std::thread::ScopedJoinHandle<'s, Result<(usize, Candidates)>>;
             let mut out = Some(out);
-            let mut reading: Option<Reader<'_>> = None;
-            // A submitted tile: its results, their mapping (requested once they are on their
-            // way: after the sweep that publishes them), its staging buffer.
-            let mut in_flight: Option<(TileRead, Option<Mapping>, usize)> = None;
+            // The tile being read, and its reader.
+            let mut reading: Option<(usize, Reader<'_>)> = None;
+            // Finished tiles not yet being read, oldest first: the tile, its results, and their
+            // mapping (requested once they are on their way: after the sweep that publishes them).
+            let mut unread: VecDeque<(usize, TileRead, Option<Mapping>)> = VecDeque::new();
             let collect = |reader: Reader<'_>, out: &mut Option<Candidates>| -> Result<()> {
                 let (done, candidates) = join(reader)?;
                 report(finished(done));
                 *out = Some(candidates);
                 Ok(())
             };
-            let start_reader = |(read, mapping, staging): (TileRead, Option<Mapping>, usize),
+            let start_reader = |(t, read, mapping): (usize, TileRead, Option<Mapping>),
                                 mut candidates: Candidates|
              -> Result<Reader<'_>> {
-                let staging = &buffers.staging[staging];
+                let staging = &buffers.staging[t % slots];
                 let started = std::time::Instant::now();
                 // Waited for here, not on the reader's thread: wgpu 30 cannot be polled from
                 // two threads at once (an assertion in its poll fails).
@@ -758,45 +763,63 @@ impl CorpusSession<'_> {
                     Ok((read.q0 + read.rows, candidates))
                 }))
             };
+            // Reads every finished tile up to `last`, one reader at a time.
+            let read_through = |last: usize,
+                                reading: &mut Option<(usize, _)>,
+                                unread: &mut VecDeque<(usize, TileRead, Option<Mapping>)>,
+                                out: &mut Option<Candidates>|
+             -> Result<()> {
+                loop {
+                    if let Some((t, reader)) = reading.take() {
+                        collect(reader, out)?;
+                        if t >= last {
+                            return Ok(());
+                        }
+                    }
+                    match unread.front() {
+                        Some(&(t, _, _)) if t <= last => {
+                            let tile = unread.pop_front().expect("a front tile");
+                            let candidates = out.take().expect("no reader holds the candidates");
+                            *reading = Some((t, start_reader(tile, candidates)?));
+                        }
+                        _ => return Ok(()),
+                    }
+                }
+            };
             for (t, &tile) in query_tiles.iter().enumerate() {
                 let QueryTile { q0, rows, .. } = tile;
                 if !tiles.symmetric {
-                    // Queued before waiting for the reader below, so that the GPU sweeps this
-                    // tile while the host copies out the one before last.
-                    let unpublished = in_flight.as_ref().filter(|(_, mapping, _)| mapping.is_none());
-                    let publish = unpublished.map(|&(_, _, staging)| &buffers.staging[staging]);
+                    // Queued before the host reads earlier tiles, so that the GPU sweeps this
+                    // tile meanwhile; it publishes the tile before, whose mapping then follows.
+                    let unpublished = unread.back().filter(|(_, _, mapping)| mapping.is_none());
+                    let publish = unpublished.map(|&(before, _, _)| &buffers.staging[before % slots]);
                     let index = self.sweep(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers, publish)?;
-                    if let Some((_, mapping @ None, staging)) = &mut in_flight {
-                        *mapping = Some(Mapping::request(&buffers.staging[*staging], Some(index)));
+                    if let Some((before, _, mapping @ None)) = unread.back_mut() {
+                        *mapping = Some(Mapping::request(&buffers.staging[*before % slots], Some(index)));
                     }
                 }
-                // This tile's staging buffer was the one before last's: its reader is done.
-                if let Some(reader) = reading.take() {
-                    collect(reader, &mut out)?;
+                // The tile that last used this tile's staging buffer must have been read.
+                if let Some(last) = t.checked_sub(slots) {
+                    read_through(last, &mut reading, &mut unread, &mut out)?;
                 }
-                let staging = t % buffers.staging.len();
                 let published_later = publishes && t + 1 < query_tiles.len();
                 published += if published_later { rows } else { 0 };
-                let (read, mapping) =
-                    self.finish(tile, kc, certify, &buffers, &buffers.staging[staging], published_later)?;
-                let submitted = (read, mapping, staging);
-                let ready = if double { in_flight.replace(submitted) } else { Some(submitted) };
-                if let Some(ready) = ready {
-                    let reader = start_reader(ready, out.take().expect("no reader holds the candidates"))?;
-                    if double {
-                        reading = Some(reader);
-                    } else {
-                        collect(reader, &mut out)?;
+                let staging = &buffers.staging[t % slots];
+                let (read, mapping) = self.finish(tile, kc, certify, &buffers, staging, published_later)?;
+                unread.push_back((t, read, mapping));
+                // Start reading the tile `slots - 1` behind, whose results are ready or nearly:
+                // the host then waits on the GPU only that far behind it.
+                if reading.is_none() {
+                    if let Some(behind) = (t + 1).checked_sub(slots) {
+                        if unread.front().is_some_and(|&(oldest, _, _)| oldest <= behind) {
+                            let tile = unread.pop_front().expect("a front tile");
+                            let candidates = out.take().expect("no reader holds the candidates");
+                            reading = Some((tile.0, start_reader(tile, candidates)?));
+                        }
                     }
                 }
             }
-            if let Some(reader) = reading.take() {
-                collect(reader, &mut out)?;
-            }
-            if let Some(last) = in_flight.take() {
-                let reader = start_reader(last, out.take().expect("no reader holds the candidates"))?;
-                collect(reader, &mut out)?;
-            }
+            read_through(usize::MAX, &mut reading, &mut unread, &mut out)?;
             Ok(out.expect("the last reader returned the candidates"))
         })?;
         out.published = published;

@@ -182,8 +182,19 @@ fn gpu_json(g: Option<knng::GpuTimes>) -> String {
     match g {
         None => "null".into(),
         Some(g) => format!(
-            "{{\"prepare_rows_s\":{:.6},\"distance_s\":{:.6},\"select_s\":{:.6},\"merge_s\":{:.6},\"refine_s\":{:.6},\"certify_s\":{:.6},\"transfers_s\":{:.6},\"span_s\":{:.6},\"submitted_s\":{:.6},\"allocation_s\":{:.6}}}",
-            g.prepare_rows, g.distance, g.select, g.merge, g.refine, g.certify, g.transfers, g.span, g.submitted, g.allocation
+            "{{\"prepare_rows_s\":{:.6},\"distance_s\":{:.6},\"select_s\":{:.6},\"merge_s\":{:.6},\"refine_s\":{:.6},\"certify_s\":{:.6},\"transfers_s\":{:.6},\"span_s\":{:.6},\"submitted_s\":{:.6},\"recording_s\":{:.6},\"submit_calls_s\":{:.6},\"allocation_s\":{:.6}}}",
+            g.prepare_rows,
+            g.distance,
+            g.select,
+            g.merge,
+            g.refine,
+            g.certify,
+            g.transfers,
+            g.span,
+            g.submitted,
+            g.recording,
+            g.submit_calls,
+            g.allocation
         ),
     }
 }
@@ -229,11 +240,13 @@ fn bench_select(a: BenchArgs) -> Outcome {
     if a.json {
         say(format!(
             "{{\"what\":\"select\",\"rows\":{rows},\"cols\":{cols},\"k\":{k},\"backend\":{},\"seconds\":{wall:.6},\
-             \"gpu_s\":{},\"span_s\":{},\"submitted_s\":{},\"repeat\":{}}}",
+             \"gpu_s\":{},\"span_s\":{},\"submitted_s\":{},\"recording_s\":{},\"submit_calls_s\":{},\"repeat\":{}}}",
             json_string(&knn.description()),
             gpu.map_or("null".to_string(), |g| format!("{:.6}", g.select)),
             gpu.map_or("null".to_string(), |g| format!("{:.6}", g.span)),
             gpu.map_or("null".to_string(), |g| format!("{:.6}", g.submitted)),
+            gpu.map_or("null".to_string(), |g| format!("{:.6}", g.recording)),
+            gpu.map_or("null".to_string(), |g| format!("{:.6}", g.submit_calls)),
             a.repeat
         ));
     } else {
