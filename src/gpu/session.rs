@@ -730,7 +730,8 @@ impl CorpusSession<'_> {
         // during tile t's sweep, which publishes them (`distance_publish.wgsl`); only the last
         // tile's are copied after its ranking. The reader owns `out` until it is joined.
         let slots = buffers.staging.len();
-        let publishes = gpu.publishes() && slots > 1 && !tiles.symmetric && certify.is_some() && buffers.certify.is_some();
+        let publishes =
+            gpu.publishes() && slots > 1 && !tiles.symmetric && certify.is_some() && buffers.certify.is_some();
         let mut published = 0;
         let mut out = std::thread::scope(|scope| -> Result<Candidates> {
             type Reader<'s> = std::thread::ScopedJoinHandle<'s, Result<(usize, Candidates)>>;
@@ -763,6 +764,20 @@ impl CorpusSession<'_> {
                     Ok((read.q0 + read.rows, candidates))
                 }))
             };
+            // Starts reading the oldest unread tile if it is no later than `upto` and no reader
+            // runs (it holds the candidates).
+            let start_oldest = |upto: usize,
+                                reading: &mut Option<(usize, _)>,
+                                unread: &mut VecDeque<(usize, TileRead, Option<Mapping>)>,
+                                out: &mut Option<Candidates>|
+             -> Result<()> {
+                if reading.is_none() && unread.front().is_some_and(|&(t, _, _)| t <= upto) {
+                    let tile = unread.pop_front().expect("the front tile was just seen");
+                    let candidates = out.take().expect("no reader holds the candidates");
+                    *reading = Some((tile.0, start_reader(tile, candidates)?));
+                }
+                Ok(())
+            };
             // Reads every finished tile up to `last`, one reader at a time.
             let read_through = |last: usize,
                                 reading: &mut Option<(usize, _)>,
@@ -770,19 +785,13 @@ impl CorpusSession<'_> {
                                 out: &mut Option<Candidates>|
              -> Result<()> {
                 loop {
-                    if let Some((t, reader)) = reading.take() {
-                        collect(reader, out)?;
-                        if t >= last {
+                    start_oldest(last, reading, unread, out)?;
+                    match reading.take() {
+                        Some((t, reader)) if t <= last => collect(reader, out)?,
+                        later => {
+                            *reading = later;
                             return Ok(());
                         }
-                    }
-                    match unread.front() {
-                        Some(&(t, _, _)) if t <= last => {
-                            let tile = unread.pop_front().expect("a front tile");
-                            let candidates = out.take().expect("no reader holds the candidates");
-                            *reading = Some((t, start_reader(tile, candidates)?));
-                        }
-                        _ => return Ok(()),
                     }
                 }
             };
@@ -809,14 +818,8 @@ impl CorpusSession<'_> {
                 unread.push_back((t, read, mapping));
                 // Start reading the tile `slots - 1` behind, whose results are ready or nearly:
                 // the host then waits on the GPU only that far behind it.
-                if reading.is_none() {
-                    if let Some(behind) = (t + 1).checked_sub(slots) {
-                        if unread.front().is_some_and(|&(oldest, _, _)| oldest <= behind) {
-                            let tile = unread.pop_front().expect("a front tile");
-                            let candidates = out.take().expect("no reader holds the candidates");
-                            reading = Some((tile.0, start_reader(tile, candidates)?));
-                        }
-                    }
+                if let Some(behind) = (t + 1).checked_sub(slots) {
+                    start_oldest(behind, &mut reading, &mut unread, &mut out)?;
                 }
             }
             read_through(usize::MAX, &mut reading, &mut unread, &mut out)?;
@@ -867,8 +870,7 @@ impl CorpusSession<'_> {
     /// symmetric sweep the tile meets the corpus rows up to its own last row, and the column
     /// rows of earlier tiles merge what it appended to their shortlists. `exclude`: the
     /// tile's rows' exclusions, when its per-row state is set here (not in a symmetric
-    /// sweep, which sets every row's at once).
-    /// Sweeps one query tile against the corpus. `publish`: the read-back buffer into which its
+    /// sweep, which sets every row's at once). `publish`: the read-back buffer into which its
     /// first distance dispatch copies the ranked answers of the query tile before
     /// (`distance_publish.wgsl`). Returns the submission that does so.
     #[allow(clippy::too_many_arguments)]
