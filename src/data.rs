@@ -132,3 +132,30 @@ impl Neighbors {
         &self.distances[i * self.k..(i + 1) * self.k]
     }
 }
+
+/// `len` zeros in memory fresh from the system, for the large arrays that answers are written
+/// into. On Linux the kernel is asked to back them with 2 MiB pages (where transparent huge
+/// pages are on or `madvise`): writing a large k's answers touches every page first, and
+/// with 4 KiB pages those faults cost the host more than the copies themselves (n=65536
+/// k=4096 on a 16-core H100 machine: 2.1 GB of answers, 221-385 -> 189-236 ms a graph).
+pub(crate) fn zeroed_answers<T: bytemuck::Zeroable>(len: usize) -> Vec<T> {
+    let answers = bytemuck::zeroed_vec(len);
+    advise_huge_pages(&answers);
+    answers
+}
+
+#[cfg(target_os = "linux")]
+fn advise_huge_pages<T>(memory: &[T]) {
+    const HUGE_PAGE: usize = 2 << 20;
+    let first = memory.as_ptr() as usize;
+    let start = first.next_multiple_of(HUGE_PAGE);
+    let end = (first + std::mem::size_of_val(memory)) / HUGE_PAGE * HUGE_PAGE;
+    if end > start {
+        // SAFETY: advice on whole pages inside an allocation the caller owns; the kernel may
+        // ignore it, and the memory's contents are the same either way.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages<T>(_: &[T]) {}

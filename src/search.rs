@@ -309,8 +309,8 @@ impl Knn {
         };
         let nq = queries.rows();
         // Answers are written into the output as rows are proven; `pending` lists the others.
-        let mut indices = vec![0u32; nq * k];
-        let mut distances = vec![0f32; nq * k];
+        let mut indices: Vec<u32> = crate::data::zeroed_answers(nq * k);
+        let mut distances: Vec<f32> = crate::data::zeroed_answers(nq * k);
         let mut pending: Vec<usize> = (0..nq).collect();
         let mut kc = initial_candidates(k);
         let total = nq as u64;

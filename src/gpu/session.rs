@@ -11,7 +11,7 @@ use super::{
     PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, REFINE_WG, TILE_M,
     TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
 };
-use crate::data::MatrixRef;
+use crate::data::{zeroed_answers, MatrixRef};
 use crate::error::Result;
 use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, TilePlan};
@@ -678,10 +678,10 @@ impl CorpusSession<'_> {
         // with sentinels on one core took 1.4 s).
         let lists = if certify.is_some() { 0 } else { nq * kc };
         let out = Candidates {
-            exact: (gpu_exact && certify.is_none()).then(|| vec![0.0; lists]),
+            exact: (gpu_exact && certify.is_none()).then(|| zeroed_answers(lists)),
             kc,
-            keys: vec![0.0; lists],
-            ids: vec![0; lists],
+            keys: zeroed_answers(lists),
+            ids: zeroed_answers(lists),
             failed: vec![false; nq],
             incomplete: if tiles.symmetric { vec![false; nq] } else { Vec::new() },
             shortlisted: 0,
@@ -691,8 +691,8 @@ impl CorpusSession<'_> {
             shared_keys: buffers.shared_keys,
             ranked: certify.map(|c| BackendRanked {
                 k: c.k,
-                ids: vec![0; nq * c.k],
-                distances: vec![0.0; nq * c.k],
+                ids: zeroed_answers(nq * c.k),
+                distances: zeroed_answers(nq * c.k),
                 status: vec![1; nq],
             }),
         };
