@@ -260,8 +260,7 @@ pub(crate) struct GpuEngine {
     distance: Kernel,
     /// The distance kernel that also publishes ranked answers (`distance_publish.wgsl`), where
     /// mapped buffers can be bound as storage: a module of its own, so that the dispatches
-    /// that publish nothing run the plain kernel (the publishing prologue alone cost the GEMM
-    /// 4% on an H100).
+    /// that publish nothing run the plain kernel, every workgroup a tile.
     distance_publish: Option<Kernel>,
     select: Kernel,
     /// `select_rows_per_subgroup`, for merging short candidate lists, where subgroups exist.
