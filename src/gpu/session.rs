@@ -732,7 +732,6 @@ impl CorpusSession<'_> {
         let slots = buffers.staging.len();
         let publishes =
             gpu.publishes() && slots > 1 && !tiles.symmetric && certify.is_some() && buffers.certify.is_some();
-        let mut published = 0;
         let mut out = std::thread::scope(|scope| -> Result<Candidates> {
             type Reader<'s> = std::thread::ScopedJoinHandle<'s, Result<(usize, Candidates)>>;
             let mut out = Some(out);
@@ -812,7 +811,6 @@ impl CorpusSession<'_> {
                     read_through(last, &mut reading, &mut unread, &mut out)?;
                 }
                 let published_later = publishes && t + 1 < query_tiles.len();
-                published += if published_later { rows } else { 0 };
                 let staging = &buffers.staging[t % slots];
                 let (read, mapping) = self.finish(tile, kc, certify, &buffers, staging, published_later)?;
                 unread.push_back((t, read, mapping));
@@ -825,7 +823,8 @@ impl CorpusSession<'_> {
             read_through(usize::MAX, &mut reading, &mut unread, &mut out)?;
             Ok(out.expect("the last reader returned the candidates"))
         })?;
-        out.published = published;
+        // Every tile's answers but the last one's.
+        out.published = if publishes { nq - query_tiles.last().map_or(0, |t| t.rows) } else { 0 };
         *gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, buffers));
         Ok(out)
     }
