@@ -291,7 +291,7 @@ impl Knn {
         // the prepared corpus rows instead of preparing them again.
         let same_rows = queries.rows() == corpus.rows() && std::ptr::eq(queries.as_slice(), corpus.as_slice());
         let mut session = match engine {
-            Engine::Cpu(c) => Session::Cpu(c.open(corpus, shift, metric)),
+            Engine::Cpu(c) => Session::Cpu(c.open(corpus, shift, metric, self.options.symmetric_graphs)),
             Engine::Gpu(g) => Session::Gpu(retry_smaller(g, || g.open(corpus, shift, metric))?),
         };
         crate::trace::mark(|| "corpus prepared (submitted)".into());
@@ -345,8 +345,9 @@ impl Knn {
             let error_bound = |(corpus_max, query_stats): &(f64, RowStats), i: usize| {
                 prepare::key_error_bound(metric, d, query_stats.scale[i], *corpus_max)
             };
+            let all_rows = same_rows && pending.len() == nq;
             let mut cands: Candidates = match &mut session {
-                Session::Cpu(s) => s.candidates(q_view, ex_view, kc, &report),
+                Session::Cpu(s) => s.candidates(q_view, all_rows, ex_view, kc, &report),
                 Session::Gpu(s) => {
                     let Engine::Gpu(g) = engine else { unreachable!("a GPU session has a GPU engine") };
                     // The GPU may rank and certify rows itself, as `refine::refine` would.
@@ -359,7 +360,6 @@ impl Knn {
                     };
                     let certify =
                         Certify { k, error_bounds: &error_bounds, floor_zero: metric != Metric::InnerProduct };
-                    let all_rows = same_rows && pending.len() == nq;
                     retry_smaller(g, || s.candidates(q_view, all_rows, ex_view, kc, Some(&certify), &report))?
                 }
             };

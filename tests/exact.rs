@@ -262,6 +262,56 @@ fn run_symmetric(no_subgroups: bool) {
 
 const SYMMETRIC_BUDGET: u64 = 64 << 20;
 
+/// Rows per block of the CPU's symmetric sweep (`cpu::SYMMETRIC_BLOCK`): graphs of more rows
+/// have pairs of blocks to share.
+const CPU_SYMMETRIC_BLOCK: usize = 1024;
+
+/// The CPU's graphs swept in symmetric blocks, and the same graphs swept plainly.
+#[test]
+fn cpu_backend_symmetric_graphs() {
+    let reports = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = reports.clone();
+    let progress: knng::Progress = std::sync::Arc::new(move |done, total| sink.lock().unwrap().push((done, total)));
+    let engine = |symmetric: bool| {
+        Knn::new(Options {
+            backend: Backend::Cpu,
+            symmetric_graphs: Some(symmetric),
+            progress: Some(progress.clone()),
+            ..Options::default()
+        })
+        .unwrap()
+    };
+    let mut swept = 0;
+    for symmetric in [true, false] {
+        let knn = engine(symmetric);
+        for case in symmetric_cases() {
+            let label = format!("[{}, symmetric {symmetric}] {}", knn.description(), case.name);
+            reports.lock().unwrap().clear();
+            let got = knn.graph(case.corpus.view(), case.k, case.metric).unwrap_or_else(|e| panic!("{label}: {e}"));
+            check(&label, &case.corpus, &case.corpus, case.k, case.metric, true, &got);
+            let stats = knn.last_run();
+            eprintln!("{label}: {stats:?}");
+            let n = case.corpus.rows();
+            if symmetric && n > CPU_SYMMETRIC_BLOCK {
+                assert!(stats.rows_in_symmetric_blocks >= n, "{label}: not swept in symmetric blocks");
+                swept += 1;
+                let reports = reports.lock().unwrap();
+                assert!(
+                    reports.iter().any(|&(done, _)| done > 0 && done < n as u64),
+                    "{label}: no progress before the end"
+                );
+                assert_eq!(reports.last(), Some(&(n as u64, n as u64)), "{label}");
+            } else {
+                assert_eq!(stats.rows_in_symmetric_blocks, 0, "{label}: swept in symmetric blocks");
+            }
+            if !case.name.contains("f32's range") {
+                assert_eq!(stats.rows_brute_forced, 0, "{label}: the backend failed to select rows");
+            }
+        }
+    }
+    assert!(swept >= 4, "only {swept} graphs had more than one symmetric block");
+}
+
 #[test]
 fn gpu_subgroup_select_symmetric_graphs() {
     run_symmetric(false);

@@ -1,8 +1,13 @@
 //! The exact CPU backend: fp32 distance blocks from a blocked GEMM (`gemm`), a
 //! bounded candidate list per query, rayon across query blocks. Its candidates go through the
 //! same float64 re-ranking and certificate as the GPU's, so its answers are exact too.
+//!
+//! A graph's rows are both queries and corpus, and the distance of (i, j) is that of (j, i):
+//! such a sweep computes each pair of row blocks once and offers every key to both rows'
+//! lists (Dashti's symmetric blocks), about half the arithmetic of a plain sweep.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 
@@ -16,6 +21,12 @@ use crate::refine::{Candidates, NONE};
 const QUERY_BLOCK: usize = 1024;
 /// Corpus rows per GEMM call.
 const CORPUS_BLOCK: usize = 2048;
+/// Rows per block of a symmetric sweep: the query block's size, for the same amortised
+/// packing; a pair of blocks is one task.
+const SYMMETRIC_BLOCK: usize = 1024;
+/// A symmetric sweep holds every row's list at once (up to 2 kc pairs each) where a plain
+/// sweep holds one block's: graphs whose lists would take more than this sweep plainly.
+const SYMMETRIC_LISTS_MAX_BYTES: usize = 4 << 30;
 
 pub(crate) struct CpuEngine;
 
@@ -28,9 +39,17 @@ impl CpuEngine {
         format!("cpu: {} threads", rayon::current_num_threads())
     }
 
-    pub fn open<'a>(&self, corpus: MatrixRef<'a>, shift: &[f32], metric: Metric) -> CorpusSession<'a> {
+    /// `symmetric`: whether graphs are swept in symmetric blocks (`None`: where their lists
+    /// fit [`SYMMETRIC_LISTS_MAX_BYTES`]).
+    pub fn open<'a>(
+        &self,
+        corpus: MatrixRef<'a>,
+        shift: &[f32],
+        metric: Metric,
+        symmetric: Option<bool>,
+    ) -> CorpusSession<'a> {
         let (prepared, norms) = prepare_all(corpus, shift, metric);
-        CorpusSession { corpus, shift: shift.to_vec(), metric, prepared, norms }
+        CorpusSession { corpus, shift: shift.to_vec(), metric, prepared, norms, symmetric }
     }
 }
 
@@ -41,6 +60,7 @@ pub(crate) struct CorpusSession<'a> {
     metric: Metric,
     prepared: Vec<f32>,
     norms: Vec<f32>,
+    symmetric: Option<bool>,
 }
 
 fn prepare_all(m: MatrixRef<'_>, shift: &[f32], metric: Metric) -> (Vec<f32>, Vec<f32>) {
@@ -75,6 +95,17 @@ impl BestKeys {
         }
     }
 
+    /// A key `k` with `k >= limit()` would not be kept: NaN (which nothing passes that test
+    /// against) until the list holds kc keys, when every key is kept.
+    #[inline]
+    fn limit(&self) -> f32 {
+        if self.items.len() < self.kc {
+            f32::NAN
+        } else {
+            self.threshold
+        }
+    }
+
     fn cut(&mut self) {
         if self.items.len() > self.kc {
             self.items.select_nth_unstable_by(self.kc - 1, |a, b| a.0.total_cmp(&b.0));
@@ -84,24 +115,207 @@ impl BestKeys {
             self.threshold = self.items.iter().map(|e| e.0).fold(f32::NEG_INFINITY, f32::max);
         }
     }
+
+    /// Cuts the list to its kc smallest keys and writes them to `keys` and `ids` (kc slots;
+    /// slots past the list keep their padding).
+    fn write(mut self, keys: &mut [f32], ids: &mut [u32]) {
+        self.cut();
+        for (slot, (key, id)) in self.items.into_iter().enumerate() {
+            keys[slot] = key;
+            ids[slot] = id;
+        }
+    }
+}
+
+/// Lists of the column rows of a symmetric block, and each one's [`BestKeys::limit`].
+struct ColumnLists<'b> {
+    lists: &'b mut [BestKeys],
+    limits: &'b mut [f32],
+}
+
+/// Keys tested at a time by [`offer_row`].
+const LANES: usize = 16;
+
+/// One row of a distance block as ranking keys: key j is `scale * dots[j] + base`, plus
+/// `norms[j]` for the euclidean family (`key_form`).
+struct KeyRow<'r> {
+    dots: &'r [f32],
+    scale: f32,
+    base: f32,
+    norms: Option<&'r [f32]>,
+}
+
+impl KeyRow<'_> {
+    #[inline(always)]
+    fn key(&self, j: usize) -> f32 {
+        self.scale * self.dots[j] + self.norms.map_or(self.base, |n| self.base + n[j])
+    }
+
+    /// Keys `start..start + LANES` in fixed-size arrays, which the compiler vectorises.
+    #[inline(always)]
+    fn lanes(&self, start: usize) -> [f32; LANES] {
+        let dots: &[f32; LANES] = self.dots[start..start + LANES].try_into().expect("LANES keys");
+        let mut keys = [0.0f32; LANES];
+        match self.norms {
+            Some(norms) => {
+                let norms: &[f32; LANES] = norms[start..start + LANES].try_into().expect("LANES norms");
+                for t in 0..LANES {
+                    keys[t] = self.scale * dots[t] + (self.base + norms[t]);
+                }
+            }
+            None => {
+                for t in 0..LANES {
+                    keys[t] = self.scale * dots[t] + self.base;
+                }
+            }
+        }
+        keys
+    }
+}
+
+/// Whether any key may be kept by a list of limit `limit` (or the lists of `limits`): the
+/// test is `!(key >= limit)` so that NaN limits (lists not yet full) and NaN keys pass it.
+#[inline(always)]
+#[allow(clippy::neg_cmp_op_on_partial_ord)] // NaN must pass: see above
+fn any_below(keys: &[f32; LANES], limit: f32, limits: Option<&[f32]>) -> bool {
+    let mut below = 0u32;
+    for key in keys {
+        below |= u32::from(!(*key >= limit));
+    }
+    if let Some(limits) = limits {
+        let limits: &[f32; LANES] = limits.try_into().expect("LANES limits");
+        for t in 0..LANES {
+            below |= u32::from(!(keys[t] >= limits[t]));
+        }
+    }
+    below != 0
+}
+
+/// Offers the keys of one row `qi` of a distance block, for columns `c0..c0 + cols`, to the
+/// row's list, and with `columns` each key also to its column row's list (the transposed
+/// pair of a symmetric block). Most keys are above the lists' limits once they are full: keys
+/// are tested `LANES` at a time, without a branch per key, and only groups with a key below a
+/// limit are looked at closer.
+#[inline]
+fn offer_row(
+    row: &mut BestKeys,
+    qi: usize,
+    mut columns: Option<&mut ColumnLists<'_>>,
+    keys: &KeyRow<'_>,
+    c0: usize,
+    cols: usize,
+    exclude: &[u32],
+) {
+    let offer = |j: usize, key: f32, row: &mut BestKeys, columns: Option<&mut ColumnLists<'_>>| {
+        let id = (c0 + j) as u32;
+        if id != exclude[qi] {
+            row.push(key, id);
+        }
+        if let Some(c) = columns {
+            if qi as u32 != exclude[c0 + j] {
+                c.lists[j].push(key, qi as u32);
+                c.limits[j] = c.lists[j].limit();
+            }
+        }
+    };
+    let whole = cols - cols % LANES;
+    for start in (0..whole).step_by(LANES) {
+        let lanes = keys.lanes(start);
+        let column_limits = columns.as_deref().map(|c| &c.limits[start..start + LANES]);
+        if any_below(&lanes, row.limit(), column_limits) {
+            for (t, &key) in lanes.iter().enumerate() {
+                offer(start + t, key, row, columns.as_deref_mut());
+            }
+        }
+    }
+    for j in whole..cols {
+        offer(j, keys.key(j), row, columns.as_deref_mut());
+    }
+}
+
+/// How a metric's dot products become ascending ranking keys: `scale * dot + base`, where
+/// base is the two rows' norms summed for the euclidean family (`None` here), else
+/// `Some(constant)` (1 for cosine and correlation, 0 for inner product).
+fn key_form(metric: Metric) -> (f32, Option<f32>) {
+    match metric {
+        Metric::Euclidean | Metric::SqEuclidean => (-2.0, None),
+        Metric::Cosine | Metric::Correlation => (-1.0, Some(1.0)),
+        Metric::InnerProduct => (-1.0, Some(0.0)),
+    }
+}
+
+/// `dots` (rows x cols, row-major) = A B^T for `a` (rows x d) and `b` (cols x d), row-major.
+fn dot_block(dots: &mut [f32], a: &[f32], b: &[f32], rows: usize, cols: usize, d: usize) {
+    assert!(dots.len() >= rows * cols && a.len() >= rows * d && b.len() >= cols * d);
+    // SAFETY: the assertion above keeps every access within the slices for the strides given.
+    unsafe {
+        gemm::gemm(
+            rows,
+            cols,
+            d,
+            dots.as_mut_ptr(),
+            1,
+            cols as isize,
+            false,
+            a.as_ptr(),
+            1,
+            d as isize,
+            b.as_ptr(),
+            d as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+/// Candidate lists of `nq` rows of `kc` slots, from the engine.
+fn candidates_of(kc: usize, keys: Vec<f32>, ids: Vec<u32>, symmetric: bool) -> Candidates {
+    let nq = ids.len() / kc;
+    Candidates {
+        kc,
+        keys,
+        ids,
+        failed: vec![false; nq],
+        incomplete: Vec::new(),
+        shortlisted: 0,
+        buffers_allocated: false,
+        published: 0,
+        symmetric,
+        shared_keys: false,
+        exact: None,
+        ranked: None,
+    }
 }
 
 impl CorpusSession<'_> {
+    /// The `kc` smallest keys of each query row. `all_rows`: the queries are the corpus rows
+    /// themselves, in order (a graph's first round), which a symmetric sweep can use.
     pub fn candidates(
         &mut self,
         queries: MatrixRef<'_>,
+        all_rows: bool,
         exclude: &[u32],
         kc: usize,
         report: &(dyn Fn(usize) + Sync),
     ) -> Candidates {
-        let d = self.corpus.cols();
         let n = self.corpus.rows();
+        let lists_fit = n.saturating_mul(16 * kc) <= SYMMETRIC_LISTS_MAX_BYTES;
+        // One block is its own transpose: nothing to share.
+        if all_rows && n > SYMMETRIC_BLOCK && self.symmetric.unwrap_or(lists_fit) {
+            return self.symmetric_candidates(exclude, kc, report);
+        }
+        let d = self.corpus.cols();
         let nq = queries.rows();
         let (q_prepared, q_norms) = prepare_all(queries, &self.shift, self.metric);
         let mut keys = vec![f32::INFINITY; nq * kc];
         let mut ids = vec![NONE; nq * kc];
         let done = AtomicUsize::new(0);
-        let metric = self.metric;
+        let (scale, constant) = key_form(self.metric);
         let (prepared, norms) = (&self.prepared, &self.norms);
 
         // Enough blocks to keep every thread busy, each as large as that allows.
@@ -114,91 +328,94 @@ impl CorpusSession<'_> {
                 let mut dots = vec![0.0f32; rows * CORPUS_BLOCK];
                 for c0 in (0..n).step_by(CORPUS_BLOCK) {
                     let cols = (n - c0).min(CORPUS_BLOCK);
-                    // dots (rows x cols) = Q (rows x d) * C^T (d x cols); C is row-major n x d.
-                    // SAFETY: the pointers cover rows x d (queries), cols x d (corpus) and
-                    // rows x cols (dots) f32 values with the strides given.
-                    unsafe {
-                        gemm::gemm(
-                            rows,
-                            cols,
-                            d,
-                            dots.as_mut_ptr(),
-                            1,
-                            cols as isize,
-                            false,
-                            q_prepared[q0 * d..].as_ptr(),
-                            1,
-                            d as isize,
-                            prepared[c0 * d..].as_ptr(),
-                            d as isize,
-                            1,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
-                        );
-                    }
-                    // Keys as ascending ranking keys: a * dot + b[j] (a = -2 with the corpus
-                    // norms plus the query's for the euclidean family, -1 and 1 for cosine and
-                    // correlation, -1 and 0 for inner product).
+                    dot_block(&mut dots, &q_prepared[q0 * d..], &prepared[c0 * d..], rows, cols, d);
                     let norm_block = &norms[c0..c0 + cols];
                     for (r, top) in best.iter_mut().enumerate() {
                         let qi = q0 + r;
-                        let (scale, offset) = match metric {
-                            Metric::Euclidean | Metric::SqEuclidean => (-2.0f32, q_norms[qi]),
-                            Metric::Cosine | Metric::Correlation => (-1.0, 1.0),
-                            Metric::InnerProduct => (-1.0, 0.0),
+                        let keys = KeyRow {
+                            dots: &dots[r * cols..(r + 1) * cols],
+                            scale,
+                            base: constant.unwrap_or(q_norms[qi]),
+                            norms: constant.is_none().then_some(norm_block),
                         };
-                        let euclidean = matches!(metric, Metric::Euclidean | Metric::SqEuclidean);
-                        let row = &dots[r * cols..(r + 1) * cols];
-                        // Most keys are above the list's threshold once it is full: test 16 at
-                        // a time (vectorised, no branch per key) and look closer only at
-                        // groups with a key below it.
-                        for start in (0..cols).step_by(16) {
-                            let end = (start + 16).min(cols);
-                            let limit = top.threshold;
-                            let key_at = |j: usize| {
-                                let base = if euclidean { offset + norm_block[j] } else { offset };
-                                scale * row[j] + base
-                            };
-                            let below = (start..end).fold(false, |any, j| any | (key_at(j) < limit));
-                            if !below && top.items.len() >= top.kc {
-                                continue;
-                            }
-                            for j in start..end {
-                                let id = (c0 + j) as u32;
-                                if id != exclude[qi] {
-                                    top.push(key_at(j), id);
-                                }
-                            }
-                        }
+                        offer_row(top, qi, None, &keys, c0, cols, exclude);
                     }
                 }
-                for (r, mut top) in best.into_iter().enumerate() {
-                    top.cut();
-                    for (slot, (key, id)) in top.items.into_iter().enumerate() {
-                        key_block[r * kc + slot] = key;
-                        id_block[r * kc + slot] = id;
-                    }
+                for (r, top) in best.into_iter().enumerate() {
+                    top.write(&mut key_block[r * kc..(r + 1) * kc], &mut id_block[r * kc..(r + 1) * kc]);
                 }
                 report(done.fetch_add(rows, Ordering::Relaxed) + rows);
             },
         );
-        Candidates {
-            kc,
-            keys,
-            ids,
-            failed: vec![false; nq],
-            incomplete: Vec::new(),
-            shortlisted: 0,
-            buffers_allocated: false,
-            published: 0,
-            symmetric: false,
-            shared_keys: false,
-            exact: None,
-            ranked: None,
+        candidates_of(kc, keys, ids, false)
+    }
+
+    /// A graph's candidates from each pair of row blocks computed once: block (a, b), a < b,
+    /// offers row i of a the key of (i, j) and row j of b the same key as that of (j, i); the
+    /// norms commute, so it is bitwise the key a plain sweep computes for either row. A pair's
+    /// task locks both blocks' lists (lower block first) while it offers its keys.
+    fn symmetric_candidates(&self, exclude: &[u32], kc: usize, report: &(dyn Fn(usize) + Sync)) -> Candidates {
+        let d = self.corpus.cols();
+        let n = self.corpus.rows();
+        let (prepared, norms) = (&self.prepared, &self.norms);
+        let (scale, constant) = key_form(self.metric);
+        let blocks = n.div_ceil(SYMMETRIC_BLOCK);
+        let span = |b: usize| (b * SYMMETRIC_BLOCK, SYMMETRIC_BLOCK.min(n - b * SYMMETRIC_BLOCK));
+        struct Block {
+            lists: Vec<BestKeys>,
+            limits: Vec<f32>,
         }
+        let lists: Vec<Mutex<Block>> = (0..blocks)
+            .map(|b| {
+                let rows = span(b).1;
+                Mutex::new(Block {
+                    lists: (0..rows).map(|_| BestKeys::new(kc)).collect(),
+                    limits: vec![f32::NAN; rows],
+                })
+            })
+            .collect();
+        let pairs: Vec<(usize, usize)> = (0..blocks).flat_map(|a| (a..blocks).map(move |b| (a, b))).collect();
+        let done = AtomicUsize::new(0);
+        let lock = |b: usize| lists[b].lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        pairs.par_iter().for_each_init(
+            || vec![0.0f32; SYMMETRIC_BLOCK * SYMMETRIC_BLOCK],
+            |dots, &(a, b)| {
+                let ((r0, rows), (c0, cols)) = (span(a), span(b));
+                dot_block(dots, &prepared[r0 * d..], &prepared[c0 * d..], rows, cols, d);
+                let mut row_block = lock(a);
+                let mut column_block = (a != b).then(|| lock(b));
+                let mut columns = column_block.as_deref_mut().map(|Block { lists, limits }| ColumnLists {
+                    lists: lists.as_mut_slice(),
+                    limits: limits.as_mut_slice(),
+                });
+                for (r, top) in row_block.lists.iter_mut().enumerate() {
+                    let qi = r0 + r;
+                    let keys = KeyRow {
+                        dots: &dots[r * cols..(r + 1) * cols],
+                        scale,
+                        base: constant.unwrap_or(norms[qi]),
+                        norms: constant.is_none().then_some(&norms[c0..c0 + cols]),
+                    };
+                    offer_row(top, qi, columns.as_mut(), &keys, c0, cols, exclude);
+                }
+                drop(column_block);
+                drop(row_block);
+                // Rows are finished only when every pair is: the sweep reports up to 90%.
+                let pairs_done = done.fetch_add(1, Ordering::Relaxed) + 1;
+                report(pairs_done * n / pairs.len() * 9 / 10);
+            },
+        );
+        let mut keys = vec![f32::INFINITY; n * kc];
+        let mut ids = vec![NONE; n * kc];
+        keys.par_chunks_mut(SYMMETRIC_BLOCK * kc).zip(ids.par_chunks_mut(SYMMETRIC_BLOCK * kc)).zip(lists).for_each(
+            |((key_block, id_block), block)| {
+                let block = block.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+                for (r, top) in block.lists.into_iter().enumerate() {
+                    top.write(&mut key_block[r * kc..(r + 1) * kc], &mut id_block[r * kc..(r + 1) * kc]);
+                }
+            },
+        );
+        report(n);
+        candidates_of(kc, keys, ids, true)
     }
 }
