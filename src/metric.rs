@@ -50,7 +50,7 @@ impl Metric {
         match self {
             Metric::Euclidean => sq_euclidean_f64(x, y).sqrt(),
             Metric::SqEuclidean => sq_euclidean_f64(x, y),
-            Metric::Cosine => 1.0 - dot_f64(x, y) / (norm_f64(x) * norm_f64(y)),
+            Metric::Cosine => cosine_distance_f64(x, y),
             Metric::Correlation => correlation_distance_f64(x, y),
             Metric::InnerProduct => dot_f64(x, y),
         }
@@ -103,34 +103,61 @@ impl FromStr for Metric {
     }
 }
 
-pub(crate) fn dot_f64(x: &[f32], y: &[f32]) -> f64 {
-    x.iter().zip(y).map(|(&a, &b)| a as f64 * b as f64).sum()
+/// Partial sums kept per element pair: each is a chain of dependent additions, so one sum
+/// runs at the adder's latency; eight run side by side in vector registers.
+const SUM_LANES: usize = 8;
+
+/// `S` float64 sums over the element pairs of `x` and `y` of `terms(x[i], y[i])`, each in
+/// [`SUM_LANES`] partial sums added pairwise at the end. The order of the additions is fixed
+/// by the length alone, so a key does not depend on where it is computed.
+#[inline(always)]
+fn pair_sums<const S: usize>(x: &[f32], y: &[f32], terms: impl Fn(f64, f64) -> [f64; S]) -> [f64; S] {
+    debug_assert_eq!(x.len(), y.len());
+    let mut partial = [[0.0f64; SUM_LANES]; S];
+    let (xs, ys) = (x.chunks_exact(SUM_LANES), y.chunks_exact(SUM_LANES));
+    let (x_tail, y_tail) = (xs.remainder(), ys.remainder());
+    for (a, b) in xs.zip(ys) {
+        for t in 0..SUM_LANES {
+            let v = terms(a[t] as f64, b[t] as f64);
+            for s in 0..S {
+                partial[s][t] += v[s];
+            }
+        }
+    }
+    let mut sums = [0.0f64; S];
+    for s in 0..S {
+        let p = &partial[s];
+        sums[s] = ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
+    }
+    for (&a, &b) in x_tail.iter().zip(y_tail) {
+        let v = terms(a as f64, b as f64);
+        for s in 0..S {
+            sums[s] += v[s];
+        }
+    }
+    sums
 }
 
-pub(crate) fn norm_f64(x: &[f32]) -> f64 {
-    dot_f64(x, x).sqrt()
+pub(crate) fn dot_f64(x: &[f32], y: &[f32]) -> f64 {
+    pair_sums(x, y, |a, b| [a * b])[0]
 }
 
 pub(crate) fn sq_euclidean_f64(x: &[f32], y: &[f32]) -> f64 {
-    x.iter()
-        .zip(y)
-        .map(|(&a, &b)| {
-            let t = a as f64 - b as f64;
-            t * t
-        })
-        .sum()
+    pair_sums(x, y, |a, b| [(a - b) * (a - b)])[0]
+}
+
+fn cosine_distance_f64(x: &[f32], y: &[f32]) -> f64 {
+    let [xy, xx, yy] = pair_sums(x, y, |a, b| [a * b, a * a, b * b]);
+    1.0 - xy / (xx.sqrt() * yy.sqrt())
 }
 
 fn correlation_distance_f64(x: &[f32], y: &[f32]) -> f64 {
     let n = x.len() as f64;
-    let mx = x.iter().map(|&v| v as f64).sum::<f64>() / n;
-    let my = y.iter().map(|&v| v as f64).sum::<f64>() / n;
-    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
-    for (&a, &b) in x.iter().zip(y) {
-        let (a, b) = (a as f64 - mx, b as f64 - my);
-        sxy += a * b;
-        sxx += a * a;
-        syy += b * b;
-    }
+    let [sx, sy] = pair_sums(x, y, |a, b| [a, b]);
+    let (mx, my) = (sx / n, sy / n);
+    let [sxy, sxx, syy] = pair_sums(x, y, |a, b| {
+        let (a, b) = (a - mx, b - my);
+        [a * b, a * a, b * b]
+    });
     1.0 - sxy / (sxx.sqrt() * syy.sqrt())
 }
