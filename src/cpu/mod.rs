@@ -9,6 +9,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use wide::f32x16;
+
 use rayon::prelude::*;
 
 use crate::data::MatrixRef;
@@ -27,6 +29,10 @@ const SYMMETRIC_BLOCK: usize = 1024;
 /// A symmetric sweep holds every row's list at once (up to 2 kc pairs each) where a plain
 /// sweep holds one block's: graphs whose lists would take more than this sweep plainly.
 const SYMMETRIC_LISTS_MAX_BYTES: usize = 4 << 30;
+/// Longer lists sweep plainly: their pushes, not the GEMM, take most of the time, and the
+/// symmetric sweep's tasks then wait for each other's locks (n=20000, 2 cores: kc=125 0.37
+/// against 0.47 s, kc=375 even at d=128 and slower at d=32, kc=1250 0.93 against 0.79 s).
+const SYMMETRIC_MAX_KC: usize = 256;
 
 pub(crate) struct CpuEngine;
 
@@ -39,8 +45,8 @@ impl CpuEngine {
         format!("cpu: {} threads", rayon::current_num_threads())
     }
 
-    /// `symmetric`: whether graphs are swept in symmetric blocks (`None`: where their lists
-    /// fit [`SYMMETRIC_LISTS_MAX_BYTES`]).
+    /// `symmetric`: whether graphs are swept in symmetric blocks (`None`: for lists of up to
+    /// [`SYMMETRIC_MAX_KC`] that fit [`SYMMETRIC_LISTS_MAX_BYTES`]).
     pub fn open<'a>(
         &self,
         corpus: MatrixRef<'a>,
@@ -151,51 +157,38 @@ impl KeyRow<'_> {
         self.scale * self.dots[j] + self.norms.map_or(self.base, |n| self.base + n[j])
     }
 
-    /// Keys `start..start + LANES` in fixed-size arrays, which the compiler vectorises.
+    /// Keys `start..start + LANES`, computed as `key` does, lane by lane.
     #[inline(always)]
-    fn lanes(&self, start: usize) -> [f32; LANES] {
-        let dots: &[f32; LANES] = self.dots[start..start + LANES].try_into().expect("LANES keys");
-        let mut keys = [0.0f32; LANES];
+    fn lanes(&self, start: usize) -> f32x16 {
+        let dots = f32x16::from(lanes_of(self.dots, start));
+        let base = f32x16::splat(self.base);
+        let scale = f32x16::splat(self.scale);
         match self.norms {
-            Some(norms) => {
-                let norms: &[f32; LANES] = norms[start..start + LANES].try_into().expect("LANES norms");
-                for t in 0..LANES {
-                    keys[t] = self.scale * dots[t] + (self.base + norms[t]);
-                }
-            }
-            None => {
-                for t in 0..LANES {
-                    keys[t] = self.scale * dots[t] + self.base;
-                }
-            }
+            Some(norms) => scale * dots + (base + f32x16::from(lanes_of(norms, start))),
+            None => scale * dots + base,
         }
-        keys
     }
 }
 
-/// Whether any key may be kept by a list of limit `limit` (or the lists of `limits`): the
-/// test is `!(key >= limit)` so that NaN limits (lists not yet full) and NaN keys pass it.
+/// `values[start..start + LANES]` as an array.
 #[inline(always)]
-#[allow(clippy::neg_cmp_op_on_partial_ord)] // NaN must pass: see above
-fn any_below(keys: &[f32; LANES], limit: f32, limits: Option<&[f32]>) -> bool {
-    let mut below = 0u32;
-    for key in keys {
-        below |= u32::from(!(*key >= limit));
-    }
-    if let Some(limits) = limits {
-        let limits: &[f32; LANES] = limits.try_into().expect("LANES limits");
-        for t in 0..LANES {
-            below |= u32::from(!(keys[t] >= limits[t]));
-        }
-    }
-    below != 0
+fn lanes_of(values: &[f32], start: usize) -> [f32; LANES] {
+    values[start..start + LANES].try_into().expect("LANES values")
+}
+
+/// Which keys a list may keep whose limit is `limits`, as bits: `!(key >= limit)`, so that a
+/// NaN limit (a list not yet full) and NaN keys pass.
+#[inline(always)]
+fn lanes_below(keys: f32x16, limits: f32x16) -> u32 {
+    !keys.simd_ge(limits).to_bitmask() & ((1 << LANES) - 1)
 }
 
 /// Offers the keys of one row `qi` of a distance block, for columns `c0..c0 + cols`, to the
 /// row's list, and with `columns` each key also to its column row's list (the transposed
 /// pair of a symmetric block). Most keys are above the lists' limits once they are full: keys
-/// are tested `LANES` at a time, without a branch per key, and only groups with a key below a
-/// limit are looked at closer.
+/// are tested `LANES` at a time, without a branch per key, and only the keys that pass are
+/// offered. Limits only fall as lists fill, so a key that fails its test would not be kept
+/// later in the group either; `BestKeys::push` tests again those that pass.
 #[inline]
 fn offer_row(
     row: &mut BestKeys,
@@ -206,30 +199,49 @@ fn offer_row(
     cols: usize,
     exclude: &[u32],
 ) {
-    let offer = |j: usize, key: f32, row: &mut BestKeys, columns: Option<&mut ColumnLists<'_>>| {
+    let offer_to_row = |row: &mut BestKeys, j: usize, key: f32| {
         let id = (c0 + j) as u32;
         if id != exclude[qi] {
             row.push(key, id);
         }
-        if let Some(c) = columns {
-            if qi as u32 != exclude[c0 + j] {
-                c.lists[j].push(key, qi as u32);
-                c.limits[j] = c.lists[j].limit();
-            }
+    };
+    let offer_to_column = |c: &mut ColumnLists<'_>, j: usize, key: f32| {
+        if qi as u32 != exclude[c0 + j] {
+            c.lists[j].push(key, qi as u32);
+            c.limits[j] = c.lists[j].limit();
         }
     };
     let whole = cols - cols % LANES;
     for start in (0..whole).step_by(LANES) {
         let lanes = keys.lanes(start);
-        let column_limits = columns.as_deref().map(|c| &c.limits[start..start + LANES]);
-        if any_below(&lanes, row.limit(), column_limits) {
-            for (t, &key) in lanes.iter().enumerate() {
-                offer(start + t, key, row, columns.as_deref_mut());
+        let mut to_row = lanes_below(lanes, f32x16::splat(row.limit()));
+        let mut to_columns = match columns.as_deref() {
+            Some(c) => lanes_below(lanes, f32x16::from(lanes_of(c.limits, start))),
+            None => 0,
+        };
+        if to_row | to_columns == 0 {
+            continue;
+        }
+        let lanes = lanes.to_array();
+        while to_row != 0 {
+            let t = to_row.trailing_zeros() as usize;
+            to_row &= to_row - 1;
+            offer_to_row(row, start + t, lanes[t]);
+        }
+        if let Some(c) = columns.as_deref_mut() {
+            while to_columns != 0 {
+                let t = to_columns.trailing_zeros() as usize;
+                to_columns &= to_columns - 1;
+                offer_to_column(c, start + t, lanes[t]);
             }
         }
     }
     for j in whole..cols {
-        offer(j, keys.key(j), row, columns.as_deref_mut());
+        let key = keys.key(j);
+        offer_to_row(row, j, key);
+        if let Some(c) = columns.as_deref_mut() {
+            offer_to_column(c, j, key);
+        }
     }
 }
 
@@ -304,9 +316,9 @@ impl CorpusSession<'_> {
         report: &(dyn Fn(usize) + Sync),
     ) -> Candidates {
         let n = self.corpus.rows();
-        let lists_fit = n.saturating_mul(16 * kc) <= SYMMETRIC_LISTS_MAX_BYTES;
+        let worth_it = kc <= SYMMETRIC_MAX_KC && n.saturating_mul(16 * kc) <= SYMMETRIC_LISTS_MAX_BYTES;
         // One block is its own transpose: nothing to share.
-        if all_rows && n > SYMMETRIC_BLOCK && self.symmetric.unwrap_or(lists_fit) {
+        if all_rows && n > SYMMETRIC_BLOCK && self.symmetric.unwrap_or(worth_it) {
             return self.symmetric_candidates(exclude, kc, report);
         }
         let d = self.corpus.cols();
@@ -382,21 +394,18 @@ impl CorpusSession<'_> {
             |dots, &(a, b)| {
                 let ((r0, rows), (c0, cols)) = (span(a), span(b));
                 dot_block(dots, &prepared[r0 * d..], &prepared[c0 * d..], rows, cols, d);
+                let key_row = |r: usize| KeyRow {
+                    dots: &dots[r * cols..(r + 1) * cols],
+                    scale,
+                    base: constant.unwrap_or(norms[r0 + r]),
+                    norms: constant.is_none().then_some(&norms[c0..c0 + cols]),
+                };
                 let mut row_block = lock(a);
                 let mut column_block = (a != b).then(|| lock(b));
-                let mut columns = column_block.as_deref_mut().map(|Block { lists, limits }| ColumnLists {
-                    lists: lists.as_mut_slice(),
-                    limits: limits.as_mut_slice(),
-                });
+                let mut columns =
+                    column_block.as_deref_mut().map(|Block { lists, limits }| ColumnLists { lists, limits });
                 for (r, top) in row_block.lists.iter_mut().enumerate() {
-                    let qi = r0 + r;
-                    let keys = KeyRow {
-                        dots: &dots[r * cols..(r + 1) * cols],
-                        scale,
-                        base: constant.unwrap_or(norms[qi]),
-                        norms: constant.is_none().then_some(&norms[c0..c0 + cols]),
-                    };
-                    offer_row(top, qi, columns.as_mut(), &keys, c0, cols, exclude);
+                    offer_row(top, r0 + r, columns.as_mut(), &key_row(r), c0, cols, exclude);
                 }
                 drop(column_block);
                 drop(row_block);
