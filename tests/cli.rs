@@ -300,8 +300,10 @@ fn search_matches_brute_force() {
     let out = dir.path().join("nn.npz");
     ok(&["search", s(&c), "--queries", s(&q), "-k", "9", "-o", s(&out), "--backend", "cpu", "--threads", "1"]);
     check_exact(&corpus, &queries, &read_npz(&out), false);
-    // k may be the whole corpus in a search.
-    ok(&["search", s(&c), "-q", s(&q), "-k", &ROWS.to_string(), "-o", s(&out), "--backend", "cpu"]);
+    // k may be the whole corpus in a search; -q is --quiet here as everywhere.
+    let status =
+        ok(&["search", s(&c), "--queries", s(&q), "-k", &ROWS.to_string(), "-o", s(&out), "--backend", "cpu", "-q"]);
+    assert!(status.is_empty(), "a quiet search wrote {status:?}");
     check_exact(&corpus, &queries, &read_npz(&out), false);
 }
 

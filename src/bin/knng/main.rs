@@ -114,7 +114,7 @@ struct SearchArgs {
     #[arg(value_name = "CORPUS")]
     corpus: String,
     /// Vectors whose neighbours are wanted (a path, or FILE.hdf5:DATASET).
-    #[arg(long, short = 'q', value_name = "QUERIES")]
+    #[arg(long, value_name = "QUERIES")]
     queries: String,
     #[command(flatten)]
     problem: Problem,
@@ -265,5 +265,25 @@ fn on_off(s: &str) -> Result<bool, String> {
         "on" => Ok(true),
         "off" => Ok(false),
         _ => Err(format!("{s:?}: expected on or off")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// clap checks its definitions (unique short flags among them) only in debug builds, and
+    /// only for the subcommand a run parses: every subcommand's short flags, in every build.
+    #[test]
+    fn short_flags_are_unique_in_every_subcommand() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        for command in std::iter::once(&cli).chain(cli.get_subcommands()) {
+            let mut shorts: Vec<char> = command.get_arguments().filter_map(|a| a.get_short()).collect();
+            shorts.sort_unstable();
+            let repeated: Vec<char> = shorts.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
+            assert!(repeated.is_empty(), "`knng {}` repeats short flags {repeated:?}", command.get_name());
+        }
+        cli.debug_assert();
     }
 }
