@@ -465,12 +465,15 @@ fn demo_and_bench_run_small() {
     assert!(out.status.success(), "{said}{}", text(&out.stderr));
     assert!(said.contains("64 exact") && said.contains("cpu"), "{said}");
 
-    let out = knng(&["bench", "--n", "300", "--d", "16", "-k", "4", "--backend", "cpu", "--json"]);
+    // --threads sizes the pool before the bench generates its data in parallel.
+    let out = knng(&["bench", "--n", "300", "--d", "16", "-k", "4", "--backend", "cpu", "--json", "--threads", "1"]);
     let said = text(&out.stdout);
     assert!(out.status.success(), "{said}{}", text(&out.stderr));
     let line = said.trim();
     assert!(line.starts_with('{') && line.ends_with('}') && !line.contains('\n'), "{said}");
-    for key in ["\"what\":\"graph\"", "\"n\":300", "\"d\":16", "\"k\":4", "\"seconds\":", "\"backend\":\"cpu"] {
+    for key in
+        ["\"what\":\"graph\"", "\"n\":300", "\"d\":16", "\"k\":4", "\"seconds\":", "\"backend\":\"cpu: 1 threads"]
+    {
         assert!(line.contains(key), "{key} not in {line}");
     }
     let out = knng(&[

@@ -10,19 +10,25 @@ use crate::progress::Bar;
 use crate::{say, EngineArgs, Failure, GraphArgs, Outcome, SearchArgs};
 
 impl EngineArgs {
-    /// Sizes the thread pool and opens the backend, reporting progress through `bar`.
+    /// Opens the backend, reporting progress through `bar`.
     pub fn open(&self, include_self: bool, bar: &Bar) -> Outcome<Knn> {
         self.open_profiled(include_self, false, bar)
     }
 
-    /// [`EngineArgs::open`], optionally timing every GPU kernel.
-    pub fn open_profiled(&self, include_self: bool, profile: bool, bar: &Bar) -> Outcome<Knn> {
+    /// Sizes rayon's global pool: before anything of the command runs, since the first
+    /// parallel loop (reading a file, generating data) starts the pool at its default size.
+    pub fn size_thread_pool(&self) -> Outcome {
         if let Some(threads) = self.threads {
             rayon::ThreadPoolBuilder::new()
                 .num_threads(threads as usize)
                 .build_global()
                 .map_err(|e| Failure(format!("--threads {threads}: {e}")))?;
         }
+        Ok(())
+    }
+
+    /// [`EngineArgs::open`], optionally timing every GPU kernel.
+    pub fn open_profiled(&self, include_self: bool, profile: bool, bar: &Bar) -> Outcome<Knn> {
         let options = Options {
             backend: self.backend,
             adapter: self.adapter.clone(),

@@ -242,12 +242,24 @@ fn main() -> ExitCode {
         eprintln!("error: internal error: {what}{place} (this is a bug in knng; please report it)");
     }));
     let cli = Cli::parse();
-    let outcome = std::panic::catch_unwind(move || match cli.command {
-        Command::Graph(a) => commands::graph(a),
-        Command::Search(a) => commands::search(a),
-        Command::Info => commands::info(),
-        Command::Demo(a) => demo::demo(a),
-        Command::Bench(a) => demo::bench(a),
+    let outcome = std::panic::catch_unwind(move || {
+        let engine = match &cli.command {
+            Command::Graph(a) => Some(&a.engine),
+            Command::Search(a) => Some(&a.engine),
+            Command::Demo(a) => Some(&a.engine),
+            Command::Bench(a) => Some(&a.engine),
+            Command::Info => None,
+        };
+        if let Some(engine) = engine {
+            engine.size_thread_pool()?;
+        }
+        match cli.command {
+            Command::Graph(a) => commands::graph(a),
+            Command::Search(a) => commands::search(a),
+            Command::Info => commands::info(),
+            Command::Demo(a) => demo::demo(a),
+            Command::Bench(a) => demo::bench(a),
+        }
     });
     match outcome {
         Ok(Ok(())) => ExitCode::SUCCESS,
