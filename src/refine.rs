@@ -139,6 +139,21 @@ pub(crate) struct Query<'a> {
     pub exclude: u32,
 }
 
+/// Candidates ahead of the one being summed whose rows are prefetched.
+const PREFETCH_AHEAD: usize = 4;
+
+/// Asks the cache for `row` without waiting for it (x86-64; elsewhere nothing).
+#[inline]
+fn prefetch(row: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in row.chunks(16) {
+        // SAFETY: a prefetch does not access memory architecturally; the address is in `row`.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = row;
+}
+
 /// A row's answer: (exact key, corpus row), sorted, k long.
 pub(crate) type Ranked = Vec<(f64, u32)>;
 
@@ -171,7 +186,14 @@ pub(crate) fn refine(
         .filter(|&(_, &j)| j != NONE && j != q.exclude)
         .map(|(slot, &j)| match exact_keys {
             Some(e) => (e[slot], j),
-            None => (q.metric.rank_key_f64(q.vector, q.corpus.row(j as usize)), j),
+            None => {
+                // Candidate rows are scattered over the corpus: ask for a later one while
+                // this one is summed, or each key waits for its row's first cache miss.
+                if let Some(&ahead) = ids.get(slot + PREFETCH_AHEAD).filter(|&&a| a != NONE) {
+                    prefetch(q.corpus.row(ahead as usize));
+                }
+                (q.metric.rank_key_f64(q.vector, q.corpus.row(j as usize)), j)
+            }
         })
         .collect();
     // Padding means the backend found fewer candidates than asked: all there are, unless keys
