@@ -78,8 +78,10 @@ pub struct Options {
     /// values cut small graphs into several tiles, so that tests reach symmetric blocks.
     #[doc(hidden)]
     pub max_query_tile: Option<usize>,
-    /// Whether GPU graphs are swept in symmetric blocks where memory allows: `None` lets
-    /// the planner decide (small k relative to n and d), `Some` forces it on or off.
+    /// Whether graphs are swept in symmetric blocks (each distance computed once for both
+    /// rows): `None` lets the backend decide (on the GPU, where memory allows and k is small
+    /// relative to n and d; on the CPU, for lists of up to 256 candidates with at least two
+    /// blocks of 1024 rows a thread), `Some` forces it on or off.
     #[doc(hidden)]
     pub symmetric_graphs: Option<bool>,
     /// Depth of the distance kernel's workgroup tiles: 4, 8, 16 (default) or 32. For tuning.
@@ -131,8 +133,8 @@ pub struct RunStats {
     /// reusing those of its last round or call (each allocation of a large set costs
     /// 0.1-0.2 s on an H100).
     pub tile_buffer_allocations: usize,
-    /// Rows of graphs swept in symmetric blocks on the GPU (each distance computed once, for
-    /// both rows of the pair), summed over rounds.
+    /// Rows of graphs swept in symmetric blocks (each distance computed once, for both rows
+    /// of the pair), summed over rounds.
     pub rows_in_symmetric_blocks: usize,
     /// Query rows whose ranked answers reached the host during the next query tile's distance
     /// kernel (which copies them while it computes) rather than in a copy after their
