@@ -339,6 +339,8 @@ fn distance_tile(
         workgroupBarrier();
     }
 
+    // Epilogue: replaced by the appending variant's (`shaders::distance_appending`) from
+    // here to the end of the function.
     // Each invocation's eight columns are the same for all its rows.
     let cn0 = column_norms(col0 + tx * 4u);
     let cn1 = column_norms(col0 + tx * 4u + BN / 2u);

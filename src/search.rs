@@ -210,9 +210,17 @@ impl Knn {
     /// against `cols` corpus rows of dimension `d`: (wall seconds, GPU times with
     /// [`Options::profile`]). For `knng bench --what distance`; an error on the CPU backend.
     #[doc(hidden)]
-    pub fn bench_distance(&self, rows: usize, cols: usize, d: usize) -> Result<(f64, Option<GpuTimes>)> {
+    /// With `keep`, the kernel that appends the keys under each row's bound (set to keep about
+    /// that fraction) to the row's list and writes no dense tile.
+    pub fn bench_distance(
+        &self,
+        rows: usize,
+        cols: usize,
+        d: usize,
+        keep: Option<f64>,
+    ) -> Result<(f64, Option<GpuTimes>)> {
         match &self.engine {
-            Engine::Gpu(g) => g.bench_distance(rows, cols, d, 1),
+            Engine::Gpu(g) => g.bench_distance(rows, cols, d, 1, keep),
             Engine::Cpu(_) => Err(Error::arg("backend", "the distance-only benchmark needs a GPU backend")),
         }
     }

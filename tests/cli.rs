@@ -568,3 +568,40 @@ fn bench_distance_runs_on_the_gpu_and_checks_itself() {
     assert!(!said.contains("\"gpu_s\":null"), "profiling gives the kernel's time: {said}");
     fails(&["bench", "--what", "distance", "--rows", "4", "--cols", "10", "--backend", "cpu"], 1, &["GPU"]);
 }
+
+/// The appending distance kernel (keys under each row's bound go to its list, no dense tile):
+/// the bench checks the lists of two workgroup tiles' rows against the dense tile, on both
+/// select paths' adapters, with ragged tiles (300 rows, 5000 columns, d=13).
+#[test]
+fn bench_distance_appending_checks_its_lists() {
+    for extra in [&[][..], &["--no-subgroups"][..]] {
+        for keep in ["0.01", "0.2"] {
+            let mut args = vec![
+                "bench",
+                "--what",
+                "distance",
+                "--rows",
+                "300",
+                "--cols",
+                "5000",
+                "--d",
+                "13",
+                "--backend",
+                "gpu",
+                "--json",
+                "--keep",
+                keep,
+            ];
+            args.extend_from_slice(extra);
+            let out = knng(&args);
+            let said = text(&out.stdout);
+            assert!(out.status.success(), "{args:?}: {said}{}", text(&out.stderr));
+            assert!(said.contains(&format!("\"keep\":{keep}")), "{said}");
+        }
+    }
+    fails(
+        &["bench", "--what", "distance", "--rows", "4", "--cols", "10", "--backend", "gpu", "--keep", "0.7"],
+        1,
+        &["keep"],
+    );
+}

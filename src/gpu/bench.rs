@@ -158,9 +158,21 @@ impl GpuEngine {
 
     /// Times `distance_tile` alone: the euclidean keys of `rows` query rows against `cols`
     /// corpus rows of dimension `d` (uniform random, prepared on the host), in column tiles
-    /// that fit one binding, after one untimed warm-up tile, all in one submission. Returns
-    /// (wall seconds of the timed submission, GPU times from timestamps when profiling).
-    pub fn bench_distance(&self, rows: usize, cols: usize, d: usize, seed: u64) -> Result<(f64, Option<GpuTimes>)> {
+    /// that fit one binding, after one untimed warm-up tile, all in one submission. With
+    /// `keep`, the appending kernel instead (`distance_append.wgsl`): each row's bound keeps
+    /// about that fraction of its keys, and no dense tile is written. Returns (wall seconds of
+    /// the timed submission, GPU times from timestamps when profiling).
+    pub fn bench_distance(
+        &self,
+        rows: usize,
+        cols: usize,
+        d: usize,
+        seed: u64,
+        keep: Option<f64>,
+    ) -> Result<(f64, Option<GpuTimes>)> {
+        if let Some(f) = keep.filter(|f| !(*f > 0.0 && *f <= 0.5)) {
+            return Err(Error::arg("keep", format!("{f}: the fraction of keys kept must be above 0 and at most 0.5")));
+        }
         let dim4 = d.div_ceil(4);
         let prepared = |n: usize, seed: u64| {
             let mut v = uniform(n * dim4 * 4, seed);
@@ -190,18 +202,47 @@ impl GpuEngine {
         let corpus = self.upload("corpus", bytemuck::cast_slice(&c))?;
         let q_norm_buf = self.upload("query norms", bytemuck::cast_slice(&q_norms))?;
         let c_norm_buf = self.upload("corpus norms", bytemuck::cast_slice(&c_norms))?;
-        // No row to exclude, no bound: every key is stored, none shortlisted.
-        let state: Vec<[u32; 2]> = vec![[u32::MAX, f32::INFINITY.to_bits()]; rows];
+        // No row to exclude. Without `keep` no bound: every key is stored, none appended.
+        // With it, each row's bound is the key of rank keep x BOUND_SAMPLE among BOUND_SAMPLE
+        // of its columns, and a list holds the keys of the warm-up and the timed run with room.
+        let bounds: Vec<f32> = match keep {
+            None => vec![f32::INFINITY; rows],
+            Some(f) => (0..rows)
+                .into_par_iter()
+                .map(|i| {
+                    let qi = &q[i * dim4 * 4..(i + 1) * dim4 * 4];
+                    let mut keys: Vec<f32> = (0..BOUND_SAMPLE)
+                        .map(|s| {
+                            let j = s * cols / BOUND_SAMPLE;
+                            let cj = &c[j * dim4 * 4..(j + 1) * dim4 * 4];
+                            q_norms[i] + c_norms[j] - 2.0 * qi.iter().zip(cj).map(|(a, b)| a * b).sum::<f32>()
+                        })
+                        .collect();
+                    let rank = ((f * BOUND_SAMPLE as f64) as usize).min(BOUND_SAMPLE - 1);
+                    *keys.select_nth_unstable_by(rank, f32::total_cmp).1
+                })
+                .collect(),
+        };
+        let cap = keep.map_or(0, |f| (1.5 * f * (cols + tile_cols) as f64).ceil() as usize + 64);
+        let state: Vec<[u32; 2]> = bounds.iter().map(|b| [u32::MAX, b.to_bits()]).collect();
         let row_state = self.upload("row state", bytemuck::cast_slice(&state))?;
         let dist = self.buffer("distances", (rows * tile_cols * 4) as u64, storage)?;
-        let no_shortlist_len = self.buffer("no shortlist lengths", 16, storage)?;
-        let no_shortlist = self.buffer("no shortlist", 16, storage)?;
+        let list_len = self.buffer("list lengths", (rows * 4).max(16) as u64, storage)?;
+        let lists = self.buffer("lists", (rows * cap * 8).max(16) as u64, storage)?;
+        let step = match keep {
+            Some(_) => {
+                self.appending_pipeline()?;
+                Step::DistanceAppending
+            }
+            None => Step::Distance,
+        };
         let mut params = ParamSlots::default();
         let mut jobs_at = Vec::new();
+        let mut last_params = DistanceParams::default();
         for c0 in (0..cols).step_by(tile_cols) {
             let c_rows = tile_cols.min(cols - c0);
             let (gx, gy) = grid(rows.div_ceil(TILE_M as usize) * c_rows.div_ceil(TILE_N as usize), self.max_groups);
-            let offset = params.push(DistanceParams {
+            last_params = DistanceParams {
                 q_rows: rows as u32,
                 c_rows: c_rows as u32,
                 dim4: dim4 as u32,
@@ -210,26 +251,43 @@ impl GpuEngine {
                 out_stride: tile_cols as u32,
                 mode: 0,
                 groups_x: gx,
-                shortlist_cap: 0,
+                shortlist_cap: cap as u32,
                 row_base: 0,
                 column_end: 0,
                 column_cap: 0,
                 ..Default::default()
-            });
-            jobs_at.push((offset, (gx, gy)));
+            };
+            jobs_at.push((params.push(last_params), (gx, gy)));
         }
+        // The last tile again, for the check below: dense keys with the plain kernel (and no
+        // list), then with the appending one.
+        let last = (cols - 1) / tile_cols * tile_cols;
+        let &(last_offset, last_groups) = jobs_at.last().expect("at least one column tile");
+        let plain_last_offset = params.push(DistanceParams { shortlist_cap: 0, ..last_params });
         let uniform_buf = self.upload_uniform(&params)?;
         let bind = bind_group(
             &self.ctx.device,
             &self.distance.layout,
             &uniform_buf,
-            &[&queries, &corpus, &q_norm_buf, &c_norm_buf, &row_state, &dist, &no_shortlist_len, &no_shortlist],
+            &[&queries, &corpus, &q_norm_buf, &c_norm_buf, &row_state, &dist, &list_len, &lists],
         );
         let jobs: Vec<Job<'_>> =
-            jobs_at.iter().map(|&(offset, groups)| Job { step: Step::Distance, offset, groups, bind: &bind }).collect();
+            jobs_at.iter().map(|&(offset, groups)| Job { step, offset, groups, bind: &bind }).collect();
         let wall = self.time_jobs(&jobs)?;
+        let profile = self.take_profile();
+        if keep.is_some() {
+            let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+            encoder.clear_buffer(&list_len, 0, None);
+            let check = [
+                Job { step: Step::Distance, offset: plain_last_offset, groups: last_groups, bind: &bind },
+                Job { step, offset: last_offset, groups: last_groups, bind: &bind },
+            ];
+            let submitted = self.submit(encoder, &check)?;
+            self.completion(submitted)?;
+            self.take_profile();
+            check_appended(self, &dist, &list_len, &lists, &bounds, tile_cols, last, cols - last, cap)?;
+        }
         // Check the last tile's first row against float64 on the host.
-        let last = (cols - 1) / tile_cols * tile_cols;
         let got: Vec<f32> = read_back(self, &dist, Some(tile_cols * 4))?;
         let row = |m: &[f32], i: usize| m[i * dim4 * 4..i * dim4 * 4 + d].iter().map(|&x| x as f64).collect::<Vec<_>>();
         let q0 = row(&q, 0);
@@ -245,6 +303,57 @@ impl GpuEngine {
                 )));
             }
         }
-        Ok((wall, self.take_profile()))
+        Ok((wall, profile))
     }
+}
+
+/// Columns of each row whose keys set its bound in the appending benchmark.
+const BOUND_SAMPLE: usize = 1024;
+
+/// Rows whose appended lists the appending benchmark checks against the dense tile: two
+/// workgroup tiles' worth, every row of an invocation's eight.
+const CHECKED_ROWS: usize = 2 * TILE_M as usize;
+
+/// Checks the appending kernel's lists of the first rows of the last column tile (`tile`
+/// columns from `col_base`, `stride` the dense tile's row stride): each must hold exactly the
+/// columns whose dense key is below the row's bound, with the same key bits.
+#[allow(clippy::too_many_arguments)]
+fn check_appended(
+    gpu: &GpuEngine,
+    dist: &wgpu::Buffer,
+    list_len: &wgpu::Buffer,
+    lists: &wgpu::Buffer,
+    bounds: &[f32],
+    stride: usize,
+    col_base: usize,
+    tile: usize,
+    cap: usize,
+) -> Result<()> {
+    let rows = bounds.len().min(CHECKED_ROWS);
+    let dense: Vec<f32> = read_back(gpu, dist, Some(rows * stride * 4))?;
+    let lens: Vec<u32> = read_back(gpu, list_len, Some(rows * 4))?;
+    let pairs: Vec<[u32; 2]> = read_back(gpu, lists, Some(rows * cap * 8))?;
+    for i in 0..rows {
+        let mut want: Vec<[u32; 2]> = (0..tile)
+            .filter(|&j| dense[i * stride + j] < bounds[i])
+            .map(|j| [dense[i * stride + j].to_bits(), (col_base + j) as u32])
+            .collect();
+        let len = lens[i] as usize;
+        if len > cap {
+            return Err(Error::Gpu(format!(
+                "appending benchmark: row {i} kept {len} keys, more than its list's {cap}"
+            )));
+        }
+        let mut got = pairs[i * cap..i * cap + len].to_vec();
+        want.sort_unstable_by_key(|p| p[1]);
+        got.sort_unstable_by_key(|p| p[1]);
+        if got != want {
+            return Err(Error::Gpu(format!(
+                "appending benchmark: row {i}'s list of {} keys is not the {} keys under its bound in the dense tile",
+                got.len(),
+                want.len()
+            )));
+        }
+    }
+    Ok(())
 }

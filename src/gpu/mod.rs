@@ -262,6 +262,11 @@ pub(crate) struct GpuEngine {
     /// mapped buffers can be bound as storage: a module of its own, so that the dispatches
     /// that publish nothing run the plain kernel, every workgroup a tile.
     distance_publish: Option<Kernel>,
+    /// The distance GEMM with the appending epilogue (`distance_append.wgsl`), built on first
+    /// use: only `knng bench --what distance --keep` runs it so far.
+    distance_appending: std::sync::OnceLock<wgpu::ComputePipeline>,
+    /// Depth of the distance kernel's workgroup tiles (`BK`).
+    tile_depth: u32,
     select: Kernel,
     /// `select_rows_per_subgroup`, for merging short candidate lists, where subgroups exist.
     merge_per_subgroup: Option<wgpu::ComputePipeline>,
@@ -503,6 +508,8 @@ impl GpuEngine {
             norms,
             distance,
             distance_publish,
+            distance_appending: Default::default(),
+            tile_depth: depth,
             select,
             merge_per_subgroup,
             refine,
@@ -519,6 +526,21 @@ impl GpuEngine {
             max_binding,
             budget,
         })
+    }
+
+    /// The appending distance pipeline (`distance_append.wgsl`), built on first use; it shares
+    /// the plain distance kernel's bindings.
+    fn appending_pipeline(&self) -> Result<&wgpu::ComputePipeline> {
+        if let Some(built) = self.distance_appending.get() {
+            return Ok(built);
+        }
+        let tile = [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", self.tile_depth as f64)];
+        let built = self.ctx.allocating(|| {
+            let source = shaders::distance_appending(self.tile_depth);
+            let module = shader_module(&self.ctx, "distance appending", &source, Checks::Unchecked);
+            pipeline(&self.ctx, "distance appending", &self.distance.layout, &module, "distance_tile", &tile)
+        })?;
+        Ok(self.distance_appending.get_or_init(|| built))
     }
 
     /// Whether the distance kernel can publish ranked answers (`distance_publish.wgsl`).
@@ -626,6 +648,9 @@ enum Step {
     Distance,
     /// A distance tile that also publishes the previous query tile's answers.
     DistancePublishing,
+    /// A distance tile whose keys under each row's bound are appended to the row's list, with
+    /// no dense tile written (`distance_append.wgsl`).
+    DistanceAppending,
     SelectRows,
     /// A merge by one subgroup per row (`select_rows_per_subgroup`), for short lists where
     /// the adapter has subgroups.
@@ -730,7 +755,7 @@ impl GpuTimes {
     fn add(&mut self, step: Step, seconds: f64) {
         match step {
             Step::Norms => self.prepare_rows += seconds,
-            Step::Distance | Step::DistancePublishing => self.distance += seconds,
+            Step::Distance | Step::DistancePublishing | Step::DistanceAppending => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
             Step::Merge | Step::MergeWide => self.merge += seconds,
             Step::Refine
@@ -790,6 +815,9 @@ impl GpuEngine {
                     Step::Distance => &self.distance.pipeline,
                     Step::DistancePublishing => {
                         &self.distance_publish.as_ref().expect("only planned where it exists").pipeline
+                    }
+                    Step::DistanceAppending => {
+                        self.distance_appending.get().expect("built (`appending_pipeline`) before it is planned")
                     }
                     Step::SelectRows => &self.select.pipeline,
                     Step::Merge => self.merge_per_subgroup.as_ref().expect("only planned with subgroups"),

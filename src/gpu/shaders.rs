@@ -7,6 +7,9 @@ const DISTANCE: &str = include_str!("../../shaders/distance.wgsl");
 /// Copies the previous query tile's ranked answers into the read-back buffer from inside the
 /// distance GEMM (`shaders/distance_publish.wgsl`).
 const DISTANCE_PUBLISH: &str = include_str!("../../shaders/distance_publish.wgsl");
+/// The epilogue that appends keys under each row's bound instead of writing the dense tile
+/// (`shaders/distance_append.wgsl`).
+const DISTANCE_APPEND: &str = include_str!("../../shaders/distance_append.wgsl");
 /// Quick multi-select, without its entry point (`shaders/select.wgsl`).
 const SELECT: &str = include_str!("../../shaders/select.wgsl");
 /// Ballot helpers and the `select_rows` entry point with subgroups (`shaders/select_entry_subgroup.wgsl`).
@@ -56,6 +59,31 @@ pub fn distance(depth: u32, publish: bool) -> String {
         PLAIN_TILES.to_string()
     };
     unroll(&format!("{DISTANCE}\n{publish}"), &[("BK", depth)])
+}
+
+/// Where distance.wgsl's epilogue starts: from this line to the end of `distance_tile`, the
+/// last function of the file.
+const EPILOGUE_MARK: &str = "    // Epilogue: replaced by the appending variant's";
+
+/// The distance GEMM with the appending epilogue of distance_append.wgsl: keys under each
+/// row's bound go to the row's list and no dense tile is written. Every workgroup a tile.
+pub fn distance_appending(depth: u32) -> String {
+    let at = DISTANCE.find(EPILOGUE_MARK).expect("distance.wgsl marks its epilogue");
+    let accumulators = (0..8).map(|r| format!("r{r}c0, r{r}c1")).collect::<Vec<_>>().join(", ");
+    let gemm = format!(
+        "{}    append_tile(row0, col0, tx, ty, lid, {accumulators});
+}}
+",
+        &DISTANCE[..at]
+    );
+    unroll(
+        &format!(
+            "{gemm}
+{PLAIN_TILES}
+{DISTANCE_APPEND}"
+        ),
+        &[("BK", depth)],
+    )
 }
 
 /// Loads of each row in flight per invocation and step in refine_vec4.wgsl (`DEPTH`).
@@ -131,6 +159,7 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("norms", NORMS.to_string(), false, false),
         m("distance", distance(super::TILE_K, false), false, false),
         m("distance_publish", distance(super::TILE_K, true), false, false),
+        m("distance_appending", distance_appending(super::TILE_K), false, false),
         m("select_subgroup", select(true), true, false),
         m("select_workgroup", select(false), false, false),
         m("refine_scalar", refine(false), false, true),

@@ -185,6 +185,10 @@ struct BenchArgs {
     /// Keys per row for `--what select` and `--what distance`.
     #[arg(long, default_value_t = 65536, value_parser = at_least(1))]
     cols: u64,
+    /// With `--what distance`: time the kernel that appends each row's keys under a bound
+    /// keeping about this fraction of them to the row's list, writing no dense tile.
+    #[arg(long, value_name = "FRACTION")]
+    keep: Option<f64>,
     /// Query rows for `--what search`.
     #[arg(long, default_value_t = 1000, value_parser = at_least(1))]
     queries: u64,
