@@ -47,9 +47,10 @@ const NONE: u32 = 0xffffffffu;
 @group(0) @binding(6) var<storage, read> corpus_norms: array<f64>;
 
 // 1 - x.y / (|x| |y|) from `partial_sums` of rows (centred for correlation): (_, sum x y,
-// sum x^2, sum y^2).
+// sum x^2, sum y^2). sqrt(x^2 y^2) rather than sqrt(x^2) sqrt(y^2), as on the host: a row's
+// duplicate has three equal sums and sqrt(a a) = a exactly, so its key is exactly 0.
 fn normalised_key(s: vec4<f64>) -> f64 {
-    return 1.0lf - s.y / (sqrt(s.z) * sqrt(s.w));
+    return 1.0lf - s.y / sqrt(s.z * s.w);
 }
 
 var<workgroup> partial: array<vec4<f64>, WG>;

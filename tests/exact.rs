@@ -11,7 +11,8 @@ use common::{
     cases, check, large_corpus_cases, larger_cases, long_list_cases, published_cases, same_shape_cases,
     symmetric_cases, Case,
 };
-use knng::{Backend, Knn, Options};
+use knng::{Backend, Knn, Metric, Options};
+use rand::{Rng, SeedableRng};
 
 /// `default_budget`: the engine runs with the default memory budget, so every case's corpus
 /// is resident in one binding.
@@ -348,6 +349,28 @@ fn answers_published_during_the_next_tile_match_float64_oracle() {
                 let published = stats.rows_published;
                 assert!(published > 0 && published < rows, "{}: {published} of {rows} rows published", case.name);
             }
+        }
+    }
+}
+
+/// Rows present three times each: under correlation a row's duplicates are exactly 0 away on
+/// every backend (the float64 key divides by sqrt(x^2 y^2), and sqrt(a a) = a), and the
+/// answers match the oracle. 900 rows of 24 values, so that the GPU sums each key in groups.
+#[test]
+fn duplicates_are_exactly_zero_apart_under_correlation() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(31);
+    let distinct: Vec<Vec<f32>> = (0..300).map(|_| (0..24).map(|_| rng.random_range(-3.0f32..3.0)).collect()).collect();
+    let rows: Vec<&Vec<f32>> = distinct.iter().flat_map(|r| [r, r, r]).collect();
+    let corpus = knng::Matrix::from_rows(&rows).unwrap();
+    let mut engines = vec![Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap()];
+    engines.extend(gpu(false, None));
+    engines.push(gpu(true, None).expect("the workgroup select runs on every adapter"));
+    for knn in &engines {
+        let label = format!("[{}] duplicated rows", knn.description());
+        let got = knn.graph(corpus.view(), 5, Metric::Correlation).unwrap_or_else(|e| panic!("{label}: {e}"));
+        check(&label, &corpus, &corpus, 5, Metric::Correlation, true, &got);
+        for i in 0..corpus.rows() {
+            assert_eq!(&got.distances_of(i)[..2], &[0.0, 0.0], "{label}: row {i}'s duplicates");
         }
     }
 }
