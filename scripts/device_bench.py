@@ -9,6 +9,7 @@ Run from the repository root on the lent GPU machine (see ../shared/DEVICE.md), 
     python3 scripts/device_bench.py --large    # also n = 2^20 (about a minute more)
     python3 scripts/device_bench.py --scaling  # also the n and k scaling curves
     python3 scripts/device_bench.py --only-scaling
+    python3 scripts/device_bench.py --only-appending  # the appending distance kernel (--keep)
 
 Prints one line per case: knng's time, the peer's time from the same run, and the ratio
 (knng / peer; lower is better), plus knng's per-kernel GPU times.
@@ -72,11 +73,16 @@ def main():
     p.add_argument("--large", action="store_true")
     p.add_argument("--scaling", action="store_true")
     p.add_argument("--only-scaling", action="store_true", help="the scaling curves alone")
+    p.add_argument("--only-appending", action="store_true",
+                   help="the distance kernel with the appending epilogue against the dense one alone")
     a = p.parse_args()
     setup()
     print(subprocess.run([KNNG, "info"], capture_output=True, text=True).stdout, flush=True)
     if a.only_scaling:
         scaling()
+        return
+    if a.only_appending:
+        appending()
         return
 
     graph_case(262144, 128, 10)
@@ -114,6 +120,32 @@ def main():
 
     if a.scaling:
         scaling()
+
+
+def distance_kernel(rows, cols, d, extra=()):
+    """TFLOP/s of `bench --what distance` by its kernel time, or None (the error printed)."""
+    cmd = [KNNG, "bench", "--what", "distance", "--rows", str(rows), "--cols", str(cols), "--d", str(d),
+           "--backend", "gpu", "--repeat", "3", "--json", "--profile", *extra]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        print(f"{' '.join(cmd)} failed: {run.stderr.strip()}", flush=True)
+        return None
+    return json.loads(run.stdout.strip().splitlines()[-1])["tflops"]
+
+
+def appending():
+    """The distance kernel that appends keys under each row's bound and writes no dense tile
+    (`--keep`, notes/select.md), against the dense kernel and cuBLAS, in the kNN shape."""
+    line, _ = torch("gemm", "--n", 8192)
+    cublas = float(re.search(r"([0-9.]+) TFLOP/s", line).group(1))
+    dense = distance_kernel(8192, 65536, 128)
+    for keep in (None, "0.02", "0.005", "0.05"):
+        tflops = dense if keep is None else distance_kernel(8192, 65536, 128, ["--keep", keep])
+        if tflops is None:
+            continue
+        against = f", {tflops / dense:.2f} of the dense kernel" if dense else ""
+        print(f"distance 8192 x 65536 d=128, keep {keep or 'all (dense tile)'}: {tflops:.1f} TFLOP/s, "
+              f"cuBLAS {cublas:.1f}, ratio {tflops / cublas:.2f}{against}", flush=True)
 
 
 def scaling():
