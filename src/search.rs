@@ -209,9 +209,9 @@ impl Knn {
     /// Times the GPU distance kernel alone: euclidean keys of `rows` uniform random query rows
     /// against `cols` corpus rows of dimension `d`: (wall seconds, GPU times with
     /// [`Options::profile`]). For `knng bench --what distance`; an error on the CPU backend.
-    #[doc(hidden)]
     /// With `keep`, the kernel that appends the keys under each row's bound (set to keep about
     /// that fraction) to the row's list and writes no dense tile.
+    #[doc(hidden)]
     pub fn bench_distance(
         &self,
         rows: usize,

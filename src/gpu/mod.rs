@@ -385,6 +385,11 @@ fn pipeline(
     })
 }
 
+/// The distance kernels' workgroup tile, as override constants, for tiles `depth` deep.
+fn tile_constants(depth: u32) -> [(&'static str, f64); 3] {
+    [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", depth as f64)]
+}
+
 const RO: Slot = Slot::Storage { read_only: true };
 const RW: Slot = Slot::Storage { read_only: false };
 
@@ -407,7 +412,7 @@ impl GpuEngine {
                 ),
             ));
         }
-        let tile = [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", depth as f64)];
+        let tile = tile_constants(depth);
         let select_slots = [RO, RW, RW, RW, RW, RW, RW, RO];
         let distance_slots = [RO, RO, RO, RO, RO, RW, RW, RW];
         let (norms, distance, select, merge_per_subgroup) = ctx.allocating(|| {
@@ -534,7 +539,7 @@ impl GpuEngine {
         if let Some(built) = self.distance_appending.get() {
             return Ok(built);
         }
-        let tile = [("BM", TILE_M as f64), ("BN", TILE_N as f64), ("BK", self.tile_depth as f64)];
+        let tile = tile_constants(self.tile_depth);
         let built = self.ctx.allocating(|| {
             let source = shaders::distance_appending(self.tile_depth);
             let module = shader_module(&self.ctx, "distance appending", &source, Checks::Unchecked);

@@ -11,7 +11,7 @@ use super::{
     PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, REFINE_WG, TILE_M,
     TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
 };
-use crate::data::{zeroed_answers, MatrixRef};
+use crate::data::{touch_pages, zeroed_answers, MatrixRef};
 use crate::error::Result;
 use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, TilePlan};
@@ -1426,18 +1426,6 @@ fn distance_buffers<'a>(b: &'a TileBuffers, chunk: &'a PreparedRows) -> [&'a wgp
         &b.shortlist_len,
         &b.shortlist,
     ]
-}
-
-/// Writes a zero (which `memory` holds) into every 4 KiB page of `memory`, on every core, so
-/// that the system maps its pages now.
-fn touch_pages<T: bytemuck::Zeroable + Send>(memory: &mut [T]) {
-    let per_page = (4096 / std::mem::size_of::<T>()).max(1);
-    memory.par_chunks_mut(per_page * 64).for_each(|pages| {
-        for page in pages.chunks_mut(per_page) {
-            // Kept: the compiler may not know that the value is already there.
-            page[0] = std::hint::black_box(T::zeroed());
-        }
-    });
 }
 
 /// Waits for a query tile's reader thread.

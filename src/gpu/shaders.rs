@@ -70,20 +70,8 @@ const EPILOGUE_MARK: &str = "    // Epilogue: replaced by the appending variant'
 pub fn distance_appending(depth: u32) -> String {
     let at = DISTANCE.find(EPILOGUE_MARK).expect("distance.wgsl marks its epilogue");
     let accumulators = (0..8).map(|r| format!("r{r}c0, r{r}c1")).collect::<Vec<_>>().join(", ");
-    let gemm = format!(
-        "{}    append_tile(row0, col0, tx, ty, lid, {accumulators});
-}}
-",
-        &DISTANCE[..at]
-    );
-    unroll(
-        &format!(
-            "{gemm}
-{PLAIN_TILES}
-{DISTANCE_APPEND}"
-        ),
-        &[("BK", depth)],
-    )
+    let gemm = format!("{}    append_tile(row0, col0, tx, ty, lid, {accumulators});\n}}\n", &DISTANCE[..at]);
+    unroll(&format!("{gemm}\n{PLAIN_TILES}\n{DISTANCE_APPEND}"), &[("BK", depth)])
 }
 
 /// Loads of each row in flight per invocation and step in refine_vec4.wgsl (`DEPTH`).
