@@ -135,17 +135,22 @@ def distance_kernel(rows, cols, d, extra=()):
 
 def appending():
     """The distance kernel that appends keys under each row's bound and writes no dense tile
-    (`--keep`, notes/select.md), against the dense kernel and cuBLAS, in the kNN shape."""
+    (`--keep`, notes/select.md), in both forms (subgroup scans; workgroup counters, which
+    `--no-subgroups` selects), against the dense kernel and cuBLAS, in the kNN shape."""
     line, _ = torch("gemm", "--n", 8192)
     cublas = float(re.search(r"([0-9.]+) TFLOP/s", line).group(1))
     dense = distance_kernel(8192, 65536, 128)
-    for keep in (None, "0.02", "0.005", "0.05"):
-        tflops = dense if keep is None else distance_kernel(8192, 65536, 128, ["--keep", keep])
-        if tflops is None:
-            continue
-        against = f", {tflops / dense:.2f} of the dense kernel" if dense else ""
-        print(f"distance 8192 x 65536 d=128, keep {keep or 'all (dense tile)'}: {tflops:.1f} TFLOP/s, "
-              f"cuBLAS {cublas:.1f}, ratio {tflops / cublas:.2f}{against}", flush=True)
+    if dense:
+        print(f"distance 8192 x 65536 d=128, dense tile: {dense:.1f} TFLOP/s, cuBLAS {cublas:.1f}, "
+              f"ratio {dense / cublas:.2f}", flush=True)
+    for keep in ("0.02", "0.005", "0.05"):
+        for form, extra in (("subgroup", []), ("workgroup", ["--no-subgroups"])):
+            tflops = distance_kernel(8192, 65536, 128, ["--keep", keep, *extra])
+            if tflops is None:
+                continue
+            against = f", {tflops / dense:.2f} of the dense kernel" if dense else ""
+            print(f"distance 8192 x 65536 d=128, keep {keep}, {form} form: {tflops:.1f} TFLOP/s, "
+                  f"cuBLAS {cublas:.1f}, ratio {tflops / cublas:.2f}{against}", flush=True)
 
 
 def scaling():

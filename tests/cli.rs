@@ -570,8 +570,9 @@ fn bench_distance_runs_on_the_gpu_and_checks_itself() {
 }
 
 /// The appending distance kernel (keys under each row's bound go to its list, no dense tile):
-/// the bench checks the lists of two workgroup tiles' rows against the dense tile, on both
-/// select paths' adapters, with ragged tiles (300 rows, 5000 columns, d=13).
+/// the bench checks the lists of two workgroup tiles' rows against the dense tile, in both forms
+/// (subgroup scans where the adapter has subgroup barriers, as lavapipe does; workgroup counters
+/// with `--no-subgroups`), with ragged tiles (300 rows, 5000 columns, d=13).
 #[test]
 fn bench_distance_appending_checks_its_lists() {
     for extra in [&[][..], &["--no-subgroups"][..]] {

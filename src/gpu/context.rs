@@ -122,6 +122,9 @@ pub(crate) struct Context {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub subgroups: bool,
+    /// `subgroupBarrier` (`SUBGROUP_BARRIER`): lanes meet again after a branch, which shuffles
+    /// after divergent code need on adapters that do not reconverge by themselves.
+    pub subgroup_barrier: bool,
     /// f64 in shaders (`SHADER_F64`): candidates are re-ranked exactly on the GPU.
     pub f64: bool,
     /// Timestamp queries inside compute passes are enabled (profiling).
@@ -141,6 +144,10 @@ impl Context {
         let mut required_features = wgpu::Features::empty();
         if subgroups {
             required_features |= wgpu::Features::SUBGROUP;
+        }
+        let subgroup_barrier = subgroups && adapter.features().contains(wgpu::Features::SUBGROUP_BARRIER);
+        if subgroup_barrier {
+            required_features |= wgpu::Features::SUBGROUP_BARRIER;
         }
         if timestamps {
             required_features |= timestamp_features;
@@ -174,7 +181,7 @@ impl Context {
                 *sink.lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{reason:?}: {message}"));
             }
         });
-        Ok(Context { device, queue, info, limits, subgroups, f64, timestamps, mappable_storage, log })
+        Ok(Context { device, queue, info, limits, subgroups, subgroup_barrier, f64, timestamps, mappable_storage, log })
     }
 
     /// Waits for all submitted work and reports any error recorded meanwhile.
@@ -275,6 +282,7 @@ pub fn adapters() -> Vec<AdapterReport> {
             let feats = a.features();
             let named = [
                 (wgpu::Features::SUBGROUP, "SUBGROUP"),
+                (wgpu::Features::SUBGROUP_BARRIER, "SUBGROUP_BARRIER"),
                 (wgpu::Features::SHADER_F16, "SHADER_F16"),
                 (wgpu::Features::SHADER_F64, "SHADER_F64"),
                 (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),

@@ -541,7 +541,7 @@ impl GpuEngine {
         }
         let tile = tile_constants(self.tile_depth);
         let built = self.ctx.allocating(|| {
-            let source = shaders::distance_appending(self.tile_depth);
+            let source = shaders::distance_appending(self.tile_depth, self.ctx.subgroup_barrier);
             let module = shader_module(&self.ctx, "distance appending", &source, Checks::Unchecked);
             pipeline(&self.ctx, "distance appending", &self.distance.layout, &module, "distance_tile", &tile)
         })?;
@@ -563,7 +563,8 @@ impl GpuEngine {
     pub fn description(&self) -> String {
         let i = &self.ctx.info;
         let select = if self.ctx.subgroups {
-            format!("subgroup select, sizes {}-{}", i.subgroup_min_size, i.subgroup_max_size)
+            let barriers = if self.ctx.subgroup_barrier { ", subgroup barriers" } else { "" };
+            format!("subgroup select, sizes {}-{}{barriers}", i.subgroup_min_size, i.subgroup_max_size)
         } else {
             "workgroup select, no subgroups".to_string()
         };

@@ -7,9 +7,13 @@ const DISTANCE: &str = include_str!("../../shaders/distance.wgsl");
 /// Copies the previous query tile's ranked answers into the read-back buffer from inside the
 /// distance GEMM (`shaders/distance_publish.wgsl`).
 const DISTANCE_PUBLISH: &str = include_str!("../../shaders/distance_publish.wgsl");
-/// The epilogue that appends keys under each row's bound instead of writing the dense tile
-/// (`shaders/distance_append.wgsl`).
+/// The epilogue that appends keys under each row's bound instead of writing the dense tile: what
+/// both forms share (`shaders/distance_append.wgsl`), the form with subgroup scans
+/// (`shaders/distance_append_subgroup.wgsl`) and the one with workgroup counters
+/// (`shaders/distance_append_workgroup.wgsl`).
 const DISTANCE_APPEND: &str = include_str!("../../shaders/distance_append.wgsl");
+const DISTANCE_APPEND_SUBGROUP: &str = include_str!("../../shaders/distance_append_subgroup.wgsl");
+const DISTANCE_APPEND_WORKGROUP: &str = include_str!("../../shaders/distance_append_workgroup.wgsl");
 /// Quick multi-select, without its entry point (`shaders/select.wgsl`).
 const SELECT: &str = include_str!("../../shaders/select.wgsl");
 /// Ballot helpers and the `select_rows` entry point with subgroups (`shaders/select_entry_subgroup.wgsl`).
@@ -67,11 +71,13 @@ const EPILOGUE_MARK: &str = "    // Epilogue: replaced by the appending variant'
 
 /// The distance GEMM with the appending epilogue of distance_append.wgsl: keys under each
 /// row's bound go to the row's list and no dense tile is written. Every workgroup a tile.
-pub fn distance_appending(depth: u32) -> String {
+/// `subgroups`: the form that counts by subgroup scans, else by workgroup counters.
+pub fn distance_appending(depth: u32, subgroups: bool) -> String {
     let at = DISTANCE.find(EPILOGUE_MARK).expect("distance.wgsl marks its epilogue");
     let accumulators = (0..8).map(|r| format!("r{r}c0, r{r}c1")).collect::<Vec<_>>().join(", ");
     let gemm = format!("{}    append_tile(row0, col0, tx, ty, lid, {accumulators});\n}}\n", &DISTANCE[..at]);
-    unroll(&format!("{gemm}\n{PLAIN_TILES}\n{DISTANCE_APPEND}"), &[("BK", depth)])
+    let form = if subgroups { DISTANCE_APPEND_SUBGROUP } else { DISTANCE_APPEND_WORKGROUP };
+    unroll(&format!("{gemm}\n{PLAIN_TILES}\n{DISTANCE_APPEND}\n{form}"), &[("BK", depth)])
 }
 
 /// Loads of each row in flight per invocation and step in refine_vec4.wgsl (`DEPTH`).
@@ -147,7 +153,8 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("norms", NORMS.to_string(), false, false),
         m("distance", distance(super::TILE_K, false), false, false),
         m("distance_publish", distance(super::TILE_K, true), false, false),
-        m("distance_appending", distance_appending(super::TILE_K), false, false),
+        m("distance_appending_subgroup", distance_appending(super::TILE_K, true), true, false),
+        m("distance_appending_workgroup", distance_appending(super::TILE_K, false), false, false),
         m("select_subgroup", select(true), true, false),
         m("select_workgroup", select(false), false, false),
         m("refine_scalar", refine(false), false, true),
