@@ -186,8 +186,18 @@ impl Context {
 
     /// Waits for all submitted work and reports any error recorded meanwhile.
     pub fn wait(&self) -> Result<()> {
-        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| Error::DeviceLost(e.to_string()))?;
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| self.wait_failed(e))?;
         self.log.check()
+    }
+
+    /// The error for a wait that failed: what the error log recorded, which is the cause when
+    /// a submission was refused (a waited-for submission then never existed), else the device
+    /// was lost.
+    fn wait_failed(&self, e: wgpu::PollError) -> Error {
+        match self.log.check() {
+            Err(recorded) => recorded,
+            Ok(()) => Error::DeviceLost(e.to_string()),
+        }
     }
 
     /// Waits for one submission (and those before it), not for work submitted after it, and
@@ -208,10 +218,10 @@ impl Context {
                 Err(wgpu::PollError::Timeout) => {
                     self.device
                         .poll(wgpu::PollType::Wait { submission_index: Some(submission), timeout: None })
-                        .map_err(|e| Error::DeviceLost(e.to_string()))?;
+                        .map_err(|e| self.wait_failed(e))?;
                     break;
                 }
-                Err(e) => return Err(Error::DeviceLost(e.to_string())),
+                Err(e) => return Err(self.wait_failed(e)),
             }
         }
         self.log.check()
@@ -299,4 +309,44 @@ pub fn adapters() -> Vec<AdapterReport> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kernel that fails validation makes its submission fail; waiting for that submission
+    /// then reports the validation error, not a lost device (the wait's own complaint, about a
+    /// submission index that was never returned, said nothing of the cause).
+    #[test]
+    fn a_refused_submission_reports_its_validation_error() {
+        let (_instance, adapters) = discover();
+        let adapter = adapters.first().expect("a GPU adapter (lavapipe in CI)");
+        let ctx = Context::open(adapter, false, false).expect("device");
+        // subgroupBarrier needs SUBGROUP_BARRIER, which this device did not ask for.
+        let source = "@compute @workgroup_size(1) fn main() { subgroupBarrier(); }";
+        let module = ctx.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("invalid"),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let pipeline = ctx.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("invalid"),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipeline);
+            pass.dispatch_workgroups(1, 1, 1);
+        }
+        let submission = ctx.queue.submit([encoder.finish()]);
+        match ctx.wait_for(submission) {
+            Err(Error::Gpu(text)) => assert!(text.to_lowercase().contains("invalid"), "{text}"),
+            other => panic!("expected the validation error, got {other:?}"),
+        }
+    }
 }
