@@ -62,6 +62,17 @@ var<workgroup> largest: array<f32, WG>;
 var<workgroup> row_keys: array<f64, MAX_KC>;
 var<workgroup> row_ids: array<u32, MAX_KC>;
 
+// Where pair i lives in `row_keys` and `row_ids`: i with its low four bits XORed by a function
+// of the bits above, a permutation within each run of 16 slots. The bitonic network's trips at
+// strides below 16 have each lane of a half-warp read slots 4h apart (h the stride), which fell
+// on the same banks of workgroup memory up to four at a time (two on average for the f64 keys);
+// permuted, no two lanes of a half-warp share a bank at any stride for the keys, and at most
+// two for the ids (notes/exactness.md, "The ranking's bank conflicts").
+fn slot(i: u32) -> u32 {
+    let run = i >> 4u;
+    return i ^ ((run ^ (run << 2u)) & 15u);
+}
+
 // The f32 distance reported for an exact key. The float64 square root of Vulkan is not
 // correctly rounded, so a root within an ulp or so of a float32 rounding boundary may round
 // the other way from the host's: the reported distance then differs from the host's in its
@@ -101,12 +112,12 @@ fn certify_rows(
     let valid = summary.x;
 
     for (var r = lid; r < min(params.k, valid); r += WG) {
-        ranked_ids[row * params.k + r] = row_ids[r];
-        ranked_distances[row * params.k + r] = reported(row_keys[r]);
+        ranked_ids[row * params.k + r] = row_ids[slot(r)];
+        ranked_distances[row * params.k + r] = reported(row_keys[slot(r)]);
     }
 
     if (lid == 0u) {
-        status[row] = decide(row, kc, valid, own, bitcast<f32>(summary.y), row_keys[params.k - 1u]);
+        status[row] = decide(row, kc, valid, own, bitcast<f32>(summary.y), row_keys[slot(params.k - 1u)]);
     }
 }
 
@@ -150,8 +161,8 @@ fn load_and_sort(lid: u32, base: u32, len: u32, own: u32) -> vec2<u32> {
                 }
             }
         }
-        row_ids[i] = id;
-        row_keys[i] = key;
+        row_ids[slot(i)] = id;
+        row_keys[slot(i)] = key;
     }
     valid_count[lid] = count;
     largest[lid] = top;
@@ -192,14 +203,14 @@ fn sort_pairs(lid: u32, sorted: u32, by_key: bool) {
             for (var g = lid; g < sorted / 4u; g += WG) {
                 // g with zero bits inserted at h and 2h: the first of slots s, s + h, s + 2h, s + 3h.
                 let s = (g / h) * 4u * h + g % h;
-                var k0 = row_keys[s];
-                var i0 = row_ids[s];
-                var k1 = row_keys[s + h];
-                var i1 = row_ids[s + h];
-                var k2 = row_keys[s + 2u * h];
-                var i2 = row_ids[s + 2u * h];
-                var k3 = row_keys[s + 3u * h];
-                var i3 = row_ids[s + 3u * h];
+                var k0 = row_keys[slot(s)];
+                var i0 = row_ids[slot(s)];
+                var k1 = row_keys[slot(s + h)];
+                var i1 = row_ids[slot(s + h)];
+                var k2 = row_keys[slot(s + 2u * h)];
+                var i2 = row_ids[slot(s + 2u * h)];
+                var k3 = row_keys[slot(s + 3u * h)];
+                var i3 = row_ids[slot(s + 3u * h)];
                 let ascending = (s & size) == 0u;
                 if (stride > 1u) {
                     exchange(&k0, &i0, &k2, &i2, ascending, by_key);
@@ -208,14 +219,14 @@ fn sort_pairs(lid: u32, sorted: u32, by_key: bool) {
                 // With size 2, slots s + 2 and s + 3 belong to the next, descending, pair.
                 exchange(&k0, &i0, &k1, &i1, ascending, by_key);
                 exchange(&k2, &i2, &k3, &i3, ((s + 2u * h) & size) == 0u, by_key);
-                row_keys[s] = k0;
-                row_ids[s] = i0;
-                row_keys[s + h] = k1;
-                row_ids[s + h] = i1;
-                row_keys[s + 2u * h] = k2;
-                row_ids[s + 2u * h] = i2;
-                row_keys[s + 3u * h] = k3;
-                row_ids[s + 3u * h] = i3;
+                row_keys[slot(s)] = k0;
+                row_ids[slot(s)] = i0;
+                row_keys[slot(s + h)] = k1;
+                row_ids[slot(s + h)] = i1;
+                row_keys[slot(s + 2u * h)] = k2;
+                row_ids[slot(s + 2u * h)] = i2;
+                row_keys[slot(s + 3u * h)] = k3;
+                row_ids[slot(s + 3u * h)] = i3;
             }
             workgroupBarrier();
             if (stride <= 2u) {
@@ -265,14 +276,14 @@ fn sort_by_index(
         if (i < params.kc) {
             c = candidates[base + i];
         }
-        row_ids[i] = c.y;
+        row_ids[slot(i)] = c.y;
         // The fp32 key's bits, exact in f64.
-        row_keys[i] = f64(c.x);
+        row_keys[slot(i)] = f64(c.x);
     }
     workgroupBarrier();
     sort_pairs(lid, sorted, false);
     for (var i = lid; i < params.kc; i += WG) {
-        candidates[base + i] = vec2<u32>(u32(row_keys[i]), row_ids[i]);
+        candidates[base + i] = vec2<u32>(u32(row_keys[slot(i)]), row_ids[slot(i)]);
     }
 }
 
@@ -296,8 +307,8 @@ fn sort_runs(
     let base = row * params.kc + start;
     let summary = load_and_sort(lid, base, len, row_state[row].x);
     for (var i = lid; i < len; i += WG) {
-        candidates[base + i] = vec2<u32>(0u, row_ids[i]);
-        exact[base + i] = row_keys[i];
+        candidates[base + i] = vec2<u32>(0u, row_ids[slot(i)]);
+        exact[base + i] = row_keys[slot(i)];
     }
     if (lid == 0u) {
         run_stats[w] = summary;
@@ -355,8 +366,8 @@ fn certify_runs(
             }
         }
         if (rank < params.k && params.k <= MAX_KC) {
-            row_ids[rank] = id;
-            row_keys[rank] = key;
+            row_ids[slot(rank)] = id;
+            row_keys[slot(rank)] = key;
         } else if (rank < params.k) {
             ranked_ids[row * params.k + rank] = id;
             ranked_distances[row * params.k + rank] = reported(key);
@@ -370,14 +381,14 @@ fn certify_runs(
         // Ranks scatter; the answers leave in order, whole rows of neighbouring slots, which
         // matters where the output is host memory (`CertifyBuffers::direct`).
         for (var r = lid; r < min(params.k, valid); r += WG) {
-            ranked_ids[row * params.k + r] = row_ids[r];
-            ranked_distances[row * params.k + r] = reported(row_keys[r]);
+            ranked_ids[row * params.k + r] = row_ids[slot(r)];
+            ranked_distances[row * params.k + r] = reported(row_keys[slot(r)]);
         }
     }
     if (lid == 0u) {
         var kth = 0.0lf;
         if (valid >= params.k && params.k <= MAX_KC) {
-            kth = row_keys[params.k - 1u];
+            kth = row_keys[slot(params.k - 1u)];
         } else if (valid >= params.k) {
             kth = kth_key;
         }

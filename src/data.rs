@@ -1,7 +1,6 @@
 //! Row-major matrices in and neighbour lists out.
 
 use crate::error::{Error, Result};
-use rayon::prelude::*;
 
 /// A borrowed row-major matrix of `rows x cols` f32 values (`cols` innermost).
 #[derive(Clone, Copy, Debug)]
@@ -143,19 +142,6 @@ pub(crate) fn zeroed_answers<T: bytemuck::Zeroable>(len: usize) -> Vec<T> {
     let answers = bytemuck::zeroed_vec(len);
     advise_huge_pages(&answers);
     answers
-}
-
-/// Writes a zero (which `memory` from [`zeroed_answers`] holds until written) into every 4 KiB
-/// page of `memory`, on every core, so that the system maps its pages now rather than when
-/// the answers are written.
-pub(crate) fn touch_pages<T: bytemuck::Zeroable + Send>(memory: &mut [T]) {
-    let per_page = (4096 / std::mem::size_of::<T>()).max(1);
-    memory.par_chunks_mut(per_page * 64).for_each(|pages| {
-        for page in pages.chunks_mut(per_page) {
-            // Kept: the compiler may not know that the value is already there.
-            page[0] = std::hint::black_box(T::zeroed());
-        }
-    });
 }
 
 #[cfg(target_os = "linux")]

@@ -11,7 +11,7 @@ use super::{
     PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, REFINE_WG, TILE_M,
     TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
 };
-use crate::data::{touch_pages, zeroed_answers, MatrixRef};
+use crate::data::{zeroed_answers, MatrixRef};
 use crate::error::Result;
 use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, TilePlan};
@@ -750,10 +750,6 @@ impl CorpusSession<'_> {
                                 mut candidates: Candidates|
              -> Result<Reader<'_>> {
                 let staging = &buffers.staging[t % slots];
-                if read.q0 == 0 {
-                    // No reader before this one has touched its pages: the host waits anyway.
-                    read.touch(&mut candidates, 0..read.rows);
-                }
                 let started = std::time::Instant::now();
                 // Waited for here, not on the reader's thread: wgpu 30 cannot be polled from
                 // two threads at once (an assertion in its poll fails).
@@ -764,8 +760,6 @@ impl CorpusSession<'_> {
                 Ok(scope.spawn(move || {
                     read.copy_out(gpu, b, staging, &mut candidates)?;
                     crate::trace::mark(|| format!("rows {}..{} copied out", read.q0, read.q0 + read.rows));
-                    read.touch_next(&mut candidates);
-                    crate::trace::mark(|| format!("pages of the rows after {} touched", read.q0 + read.rows));
                     Ok((read.q0 + read.rows, candidates))
                 }))
             };
@@ -1320,38 +1314,6 @@ struct TileRead {
 }
 
 impl TileRead {
-    /// Maps the pages of the rows after this tile's (as many again) in the arrays a copy-out
-    /// writes. The arrays come zeroed from the system and their pages are mapped when first
-    /// written, which cost the copy-out more than the copying: 24.5 MB of answers a tile took
-    /// ~7 ms on 2 cores into fresh pages against ~2 ms into mapped ones (n=65536 k=1000's
-    /// tile), and 25-36 ms into fresh 2 MiB pages when the kernel had to compact memory for
-    /// them. Done by this tile's reader after its copy, while the GPU works on later tiles, so
-    /// that the next copy finds its pages in place. No reader has written those rows yet (one
-    /// reader at a time, tiles in order), so writing zeros there changes nothing.
-    fn touch_next(&self, out: &mut Candidates) {
-        let nq = out.failed.len();
-        self.touch(out, self.q0 + self.rows..(self.q0 + 2 * self.rows).min(nq));
-    }
-
-    /// Maps the pages of `rows` in the arrays a copy-out writes (see `touch_next`).
-    fn touch(&self, out: &mut Candidates, rows: std::ops::Range<usize>) {
-        let span = |width: usize| rows.start * width..rows.end * width;
-        match out.ranked.as_mut() {
-            Some(answers) if self.ranked => {
-                touch_pages(&mut answers.ids[span(answers.k)]);
-                touch_pages(&mut answers.distances[span(answers.k)]);
-            }
-            _ => {
-                let kc = self.kc;
-                touch_pages(&mut out.keys[span(kc)]);
-                touch_pages(&mut out.ids[span(kc)]);
-                if let Some(exact) = out.exact.as_mut() {
-                    touch_pages(&mut exact[span(kc)]);
-                }
-            }
-        }
-    }
-
     /// Copies the tile's results out of `staging` and unmaps it.
     fn copy_out(&self, gpu: &GpuEngine, b: &TileBuffers, staging: &wgpu::Buffer, out: &mut Candidates) -> Result<()> {
         let started = std::time::Instant::now();
