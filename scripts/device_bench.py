@@ -2,8 +2,12 @@
 """The performance issue's configurations, knng against PyTorch, in one run on the device machine.
 
 Run from the repository root on the lent GPU machine (see ../shared/DEVICE.md), carrying
-`.gl` (the Vulkan loader), `.bench/torch_knn.py` (copied from ../shared/anchors) and
-`target/release/knng`:
+`.gl`, `.bench/torch_knn.py` (copied from ../shared/anchors) and `target/release/knng`. `.gl`
+holds the Debian packages that `setup` unpacks: the Vulkan loader (libvulkan1) and what
+NVIDIA's Vulkan driver (libGLX_nvidia.so.0) loads with it, without which wgpu finds no
+adapter: libglvnd0 libglx0 libgl1 libegl1 libopengl0 libgles2 libx11-6 libxext6 libxcb1
+libxau6 libxdmcp6 libbsd0 libmd0 (`apt-get download` with an amd64 package list, as
+DEVICE.md shows for libvulkan1).
 
     python3 scripts/device_bench.py            # the main table
     python3 scripts/device_bench.py --large    # also n = 2^20 (about a minute more)

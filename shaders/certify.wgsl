@@ -31,6 +31,8 @@ struct Params {
 
 const WG: u32 = 256u;
 const NONE: u32 = 0xffffffffu;
+// The key of a NONE pair (see `before`).
+const NONE_KEY: f64 = 1.0e308lf;
 // How a key becomes the reported distance (`Metric::key_to_distance`).
 const REPORT_SQRT: u32 = 0u;
 const REPORT_NEGATED: u32 = 1u;
@@ -87,11 +89,10 @@ fn reported(key: f64) -> f32 {
     return f32(key);
 }
 
-// (a_key, a_id) < (b_key, b_id), NONE after everything.
+// (a_key, a_id) < (b_key, b_id). NONE pairs come after everything without a test of their own:
+// they carry the key `NONE_KEY` (above every exact key: squares of f32 values summed over at
+// most 2^32 dimensions stay below 1e87) and the largest index; sorted by index alone (keys passed as equal) NONE is the largest index too.
 fn before(a_key: f64, a_id: u32, b_key: f64, b_id: u32) -> bool {
-    if (a_id == NONE || b_id == NONE) {
-        return a_id != NONE;
-    }
     return a_key < b_key || (a_key == b_key && a_id < b_id);
 }
 
@@ -149,7 +150,7 @@ fn load_and_sort(lid: u32, base: u32, len: u32, own: u32) -> vec2<u32> {
     let sorted = bitonic_length(len);
     for (var i = lid; i < sorted; i += WG) {
         var id = NONE;
-        var key = 0.0lf;
+        var key = NONE_KEY;
         if (i < len) {
             let c = candidates[base + i];
             if (c.y != NONE) {
@@ -200,9 +201,12 @@ fn sort_pairs(lid: u32, sorted: u32, by_key: bool) {
         var stride = size / 2u;
         loop {
             let h = max(stride / 2u, 1u);
+            // h is a power of two: shifts and masks instead of a division by a variable, which
+            // costs a few dozen instructions on GPUs without an integer divider.
+            let lh = firstTrailingBit(h);
             for (var g = lid; g < sorted / 4u; g += WG) {
                 // g with zero bits inserted at h and 2h: the first of slots s, s + h, s + 2h, s + 3h.
-                let s = (g / h) * 4u * h + g % h;
+                let s = ((g >> lh) << (lh + 2u)) | (g & (h - 1u));
                 var k0 = row_keys[slot(s)];
                 var i0 = row_ids[slot(s)];
                 var k1 = row_keys[slot(s + h)];
