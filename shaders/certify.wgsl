@@ -91,7 +91,8 @@ fn reported(key: f64) -> f32 {
 
 // (a_key, a_id) < (b_key, b_id). NONE pairs come after everything without a test of their own:
 // they carry the key `NONE_KEY` (above every exact key: squares of f32 values summed over at
-// most 2^32 dimensions stay below 1e87) and the largest index; sorted by index alone (keys passed as equal) NONE is the largest index too.
+// most 2^32 dimensions stay below 1e87) and the largest index; sorted by index alone (keys
+// passed as equal), NONE is the largest index too.
 fn before(a_key: f64, a_id: u32, b_key: f64, b_id: u32) -> bool {
     return a_key < b_key || (a_key == b_key && a_id < b_id);
 }
