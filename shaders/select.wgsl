@@ -89,14 +89,20 @@ const BIN_GROUP: u32 = 16u;
 @group(0) @binding(0) var<uniform> params: Params;
 // Dense input rows start at whole vec4s (`in_stride` is a multiple of 4).
 @group(0) @binding(1) var<storage, read> dense_in: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> aux_a: array<vec2<u32>>;
-@group(0) @binding(3) var<storage, read_write> aux_b: array<vec2<u32>>;
+// The auxiliary arrays keep keys and indices apart, 4 bytes a slot in each binding, so that a
+// tile of rows of 65536 keys may have up to 8191 rows (a binding holds under 2^31 bytes)
+// rather than the 4095 that (key, index) pairs allowed: fewer, fuller dispatches
+// (`notes/select.md`, version 14).
+@group(0) @binding(2) var<storage, read_write> aux_a_keys: array<u32>;
+@group(0) @binding(3) var<storage, read_write> aux_b_keys: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<vec2<u32>>;
 @group(0) @binding(5) var<storage, read_write> failed: array<u32>;
 // Per row: (corpus index to exclude, bits of the shortlist bound); see distance.wgsl.
 @group(0) @binding(6) var<storage, read_write> row_state: array<vec2<u32>>;
 @group(0) @binding(7) var<storage, read_write> shortlist_len: array<u32>;
 @group(0) @binding(8) var<storage, read> shortlist: array<vec2<u32>>;
+@group(0) @binding(9) var<storage, read_write> aux_a_ids: array<u32>;
+@group(0) @binding(10) var<storage, read_write> aux_b_ids: array<u32>;
 
 // Whether this invocation's row merges with its shortlist rather than the tile's list.
 var<private> from_shortlist: bool;
@@ -146,10 +152,12 @@ var<workgroup> appended_b: atomic<u32>;
 
 fn load_pair(src: u32, row: u32, i: u32) -> vec2<u32> {
     if (src == SRC_A) {
-        return aux_a[row * params.scratch_stride + i];
+        let at = row * params.scratch_stride + i;
+        return vec2<u32>(aux_a_keys[at], aux_a_ids[at]);
     }
     if (src == SRC_B) {
-        return aux_b[row * params.scratch_stride + i];
+        let at = row * params.scratch_stride + i;
+        return vec2<u32>(aux_b_keys[at], aux_b_ids[at]);
     }
     if (params.dense == 1u) {
         let at = row * params.in_stride + i;
@@ -167,10 +175,13 @@ fn load_pair(src: u32, row: u32, i: u32) -> vec2<u32> {
 }
 
 fn store_pair(dst: u32, row: u32, i: u32, e: vec2<u32>) {
+    let at = row * params.scratch_stride + i;
     if (dst == SRC_A) {
-        aux_a[row * params.scratch_stride + i] = e;
+        aux_a_keys[at] = e.x;
+        aux_a_ids[at] = e.y;
     } else {
-        aux_b[row * params.scratch_stride + i] = e;
+        aux_b_keys[at] = e.x;
+        aux_b_ids[at] = e.y;
     }
 }
 
@@ -407,11 +418,13 @@ fn place(kind: u32, pivot: f32, low: f32, e: vec2<u32>, valid: bool, dst: u32, r
 // pivot packed from the left, keys equal to it from the right.
 fn filter_dense(v: f32, col: u32, valid: bool, pivot: f32, row: u32, start: u32, len: u32) {
     if (valid && v < pivot) {
-        let slot = atomicAdd(&appended_a, 1u);
-        aux_a[row * params.scratch_stride + start + slot] = vec2<u32>(bitcast<u32>(v), col);
+        let at = row * params.scratch_stride + start + atomicAdd(&appended_a, 1u);
+        aux_a_keys[at] = bitcast<u32>(v);
+        aux_a_ids[at] = col;
     } else if (valid && v == pivot) {
-        let slot = atomicAdd(&appended_b, 1u);
-        aux_a[row * params.scratch_stride + start + len - 1u - slot] = vec2<u32>(bitcast<u32>(v), col);
+        let at = row * params.scratch_stride + start + len - 1u - atomicAdd(&appended_b, 1u);
+        aux_a_keys[at] = bitcast<u32>(v);
+        aux_a_ids[at] = col;
     }
 }
 
@@ -484,14 +497,17 @@ fn tail_select(lid: u32, row: u32, src: u32, start: u32, len: u32, need: u32, ds
     }
     workgroupBarrier();
     if (lid == 0u) {
+        // Every element of the segment is in a bin and the segment holds at least `need`, so
+        // the searches stop inside the histogram; the limits make the loops end by
+        // construction (the module is built without wgpu's loop counters).
         var below = 0u;
         var g = 0u;
-        while (below + bin_group_sums[g] < need) {
+        while (g + 1u < BINS / BIN_GROUP && below + bin_group_sums[g] < need) {
             below += bin_group_sums[g];
             g++;
         }
         var bin = g * BIN_GROUP;
-        while (below + atomicLoad(&histogram[bin]) < need) {
+        while (bin + 1u < BINS && below + atomicLoad(&histogram[bin]) < need) {
             below += atomicLoad(&histogram[bin]);
             bin++;
         }

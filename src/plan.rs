@@ -157,7 +157,7 @@ fn plan_tiles_within(
         let limits = [
             free / per_query_row,
             dev.max_binding / (4 * dist_stride as u64),
-            dev.max_binding / (8 * scratch_stride as u64),
+            dev.max_binding / (4 * scratch_stride as u64),
             dev.max_binding / (16 * kc as u64),
             dev.max_binding / (8 * shortlist_cap.max(1) as u64),
             dev.max_binding / row,
@@ -218,7 +218,7 @@ fn query_row_bytes(
 ) -> u64 {
     let per_row_state = 8 * kc as u64 + 8 * shortlist_cap as u64 + 16; // running list, shortlist, state
     4 * dist_stride as u64                     // distance tile
-        + 16 * scratch_stride as u64           // two auxiliary arrays of (key, index)
+        + 16 * scratch_stride as u64           // two auxiliary arrays of keys and indices
         + 3 * 8 * kc as u64                    // tile list, exact keys, ranked answers
         + read_backs as u64 * 16 * kc as u64   // read-back of lists and keys
         + 2 * row                              // raw and prepared query
@@ -302,7 +302,7 @@ pub(crate) fn plan_symmetric(
         let limits = [
             free / per_query_row,
             dev.max_binding / (4 * dist_stride as u64),
-            dev.max_binding / (8 * scratch_stride as u64),
+            dev.max_binding / (4 * scratch_stride as u64),
             dev.max_binding / row,
             MAX_QUERY_ROWS.min(caps.query) as u64,
         ];
@@ -365,7 +365,7 @@ mod tests {
             assert!(q >= 1 && q <= n as u64);
             assert!(q * t.dist_stride as u64 * 4 <= LAVAPIPE.max_binding);
             assert!(t.dist_stride >= t.column_tile && t.dist_stride.is_multiple_of(4));
-            assert!(q * t.scratch_stride as u64 * 8 <= LAVAPIPE.max_binding);
+            assert!(q * t.scratch_stride as u64 * 4 <= LAVAPIPE.max_binding);
             assert!(q * kc as u64 * 16 <= LAVAPIPE.max_binding);
             assert!(t.scratch_stride >= t.column_tile && t.scratch_stride >= 2 * kc);
             assert!(t.shortlist_cap == 0 || t.shortlist_cap >= kc);
@@ -449,9 +449,11 @@ mod tests {
             plan_symmetric(n, d, kc, plan_corpus(n, d, dev).unwrap(), TileCaps::default(), dev, false)
         };
         let h100 = DeviceBudget { max_binding: 2 << 30, budget: 16 << 30 };
-        // 13 tiles wanted; the auxiliary arrays' binding allows 16384 rows a tile.
-        let tiles = auto(262_144, 128, 26, h100).map(|t| 262_144usize.div_ceil(t.query_rows));
-        assert_eq!(tiles, Some(16));
+        // 13 tiles wanted, and bindings of 2 GiB hold them; bindings of 1 GiB hold 16384 rows
+        // of the auxiliary arrays (4 bytes a slot, 16384 columns).
+        let tiles = |dev: DeviceBudget| auto(262_144, 128, 26, dev).map(|t| 262_144usize.div_ceil(t.query_rows));
+        assert_eq!(tiles(h100), Some(13));
+        assert_eq!(tiles(DeviceBudget { max_binding: 1 << 30, ..h100 }), Some(16));
         // Under 1 GiB the tiles would be far smaller than the sweep needs to pay.
         assert!(auto(262_144, 128, 26, DeviceBudget { max_binding: 2 << 30, budget: 1 << 30 }).is_none());
         // Not possible: one query tile, state over the budget, a streamed corpus.

@@ -44,7 +44,8 @@ impl GpuEngine {
         if k == 0 || k > cols {
             return Err(Error::arg("k", format!("k = {k} must be between 1 and the row length {cols}")));
         }
-        let row_bytes = cols as u64 * 8;
+        // Each binding holds 4 bytes a key: the keys, and the auxiliary arrays' keys and indices.
+        let row_bytes = cols as u64 * 4;
         // Dense rows start at whole vec4s, as distance tiles do.
         let stride = cols.next_multiple_of(4);
         let most_rows = (self.max_binding / row_bytes).min(rows as u64).min(65535) as usize;
@@ -71,8 +72,10 @@ impl GpuEngine {
             last_keys = tile_keys;
             dist.push(buffer);
         }
-        let aux_a = self.buffer("aux a", tile_rows as u64 * row_bytes, storage)?;
-        let aux_b = self.buffer("aux b", tile_rows as u64 * row_bytes, storage)?;
+        let aux: Vec<wgpu::Buffer> = ["aux a keys", "aux b keys", "aux a indices", "aux b indices"]
+            .into_iter()
+            .map(|name| self.buffer(name, tile_rows as u64 * row_bytes, storage))
+            .collect::<Result<_>>()?;
         let out = self.buffer("selected", (tile_rows * k * 8) as u64, storage)?;
         let failed = self.buffer("failed", (tile_rows * 4) as u64, storage)?;
         // Bounds are written, shortlists unused (one tile, no merge).
@@ -105,7 +108,7 @@ impl GpuEngine {
                     &self.ctx.device,
                     &self.select.layout,
                     &uniform,
-                    &[keys, &aux_a, &aux_b, &out, &failed, &row_state, &no_shortlist_len, &no_shortlist],
+                    &[keys, &aux[0], &aux[1], &out, &failed, &row_state, &no_shortlist_len, &no_shortlist, &aux[2], &aux[3]],
                 )
             })
             .collect();

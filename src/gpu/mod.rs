@@ -343,8 +343,14 @@ fn kernel(
 /// How much the runtime guards a shader's memory accesses.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Checks {
-    /// wgpu's bounds checks on every access.
+    /// wgpu's bounds checks on every access, and its counter in every loop (which ends a loop
+    /// that would otherwise never end).
     Checked,
+    /// wgpu's bounds checks without the loop counters: for kernels whose every loop ends by
+    /// construction (a fixed trip count, a pass limit, or a bound below 2^31 stepped by a
+    /// constant). The select's passes are bound by instructions per key, and the counters
+    /// cost it 4-7% (`notes/select.md`, version 14).
+    EndingLoops,
     /// None: for kernels whose every access is guarded by an explicit range check in the
     /// WGSL itself (the distance GEMM, where the checks cost most of its speed).
     Unchecked,
@@ -354,6 +360,12 @@ fn shader_module(ctx: &Context, name: &str, source: &str, checks: Checks) -> wgp
     let desc = wgpu::ShaderModuleDescriptor { label: Some(name), source: wgpu::ShaderSource::Wgsl(source.into()) };
     match checks {
         Checks::Checked => ctx.device.create_shader_module(desc),
+        // SAFETY: only used for shaders whose loops all end (see `Checks::EndingLoops`); every
+        // access is still checked.
+        Checks::EndingLoops => unsafe {
+            let checks = wgpu::ShaderRuntimeChecks { force_loop_bounding: false, ..wgpu::ShaderRuntimeChecks::checked() };
+            ctx.device.create_shader_module_trusted(desc, checks)
+        },
         // SAFETY: only used for shaders whose storage and workgroup indices are all checked
         // against the buffer extents in the shader (see `Checks::Unchecked`).
         Checks::Unchecked => unsafe {
@@ -413,10 +425,10 @@ impl GpuEngine {
             ));
         }
         let tile = tile_constants(depth);
-        let select_slots = [RO, RW, RW, RW, RW, RW, RW, RO];
+        let select_slots = [RO, RW, RW, RW, RW, RW, RW, RO, RW, RW];
         let distance_slots = [RO, RO, RO, RO, RO, RW, RW, RW];
         let (norms, distance, select, merge_per_subgroup) = ctx.allocating(|| {
-            let module = shader_module(&ctx, "select", &shaders::select(ctx.subgroups), Checks::Checked);
+            let module = shader_module(&ctx, "select", &shaders::select(ctx.subgroups), Checks::EndingLoops);
             let select = kernel(&ctx, "select", &module, "select_rows", &select_slots, &[]);
             // Same module and layout, other entry point: pipelines share the bind groups.
             let merge = ctx.subgroups.then(|| {

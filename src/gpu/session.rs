@@ -261,8 +261,9 @@ pub(super) struct TileBuffers {
     state_rows: usize,
     failed: wgpu::Buffer,
     dist: wgpu::Buffer,
-    aux_a: wgpu::Buffer,
-    aux_b: wgpu::Buffer,
+    /// The select's two auxiliary arrays, keys and indices apart (select.wgsl).
+    aux_keys: [wgpu::Buffer; 2],
+    aux_ids: [wgpu::Buffer; 2],
     candidates: wgpu::Buffer,
     shortlist_len: wgpu::Buffer,
     shortlist: wgpu::Buffer,
@@ -292,7 +293,7 @@ struct TileSizes {
     row_state: u64,
     failed: u64,
     dist: u64,
-    /// Each of the two auxiliary arrays.
+    /// Each of the auxiliary arrays' four buffers (keys and indices of each).
     aux: u64,
     candidates: u64,
     shortlist_len: u64,
@@ -338,7 +339,7 @@ impl TileSizes {
             row_state: (state_rows * 8) as u64,
             failed: (state_rows * 4) as u64,
             dist: (q * tiles.dist_stride * 4) as u64,
-            aux: (q * tiles.scratch_stride * 8) as u64,
+            aux: (q * tiles.scratch_stride * 4) as u64,
             candidates: ((state_rows + q) * kc * 8) as u64,
             shortlist_len: (state_rows * 4) as u64,
             shortlist: (state_rows * tiles.shortlist_cap * 8).max(8) as u64,
@@ -465,8 +466,14 @@ impl TileBuffers {
             row_state: buffer(old(|e| &e.row_state), "row state", want.row_state, storage | copy)?,
             failed: buffer(old(|e| &e.failed), "failed", want.failed, storage | copy)?,
             dist: buffer(old(|e| &e.dist), "distances", want.dist, storage)?,
-            aux_a: buffer(old(|e| &e.aux_a), "aux a", want.aux, storage)?,
-            aux_b: buffer(old(|e| &e.aux_b), "aux b", want.aux, storage)?,
+            aux_keys: [
+                buffer(old(|e| &e.aux_keys[0]), "aux a keys", want.aux, storage)?,
+                buffer(old(|e| &e.aux_keys[1]), "aux b keys", want.aux, storage)?,
+            ],
+            aux_ids: [
+                buffer(old(|e| &e.aux_ids[0]), "aux a indices", want.aux, storage)?,
+                buffer(old(|e| &e.aux_ids[1]), "aux b indices", want.aux, storage)?,
+            ],
             candidates: buffer(old(|e| &e.candidates), "candidates", want.candidates, storage | copy)?,
             shortlist_len: buffer(old(|e| &e.shortlist_len), "shortlist lengths", want.shortlist_len, storage | copy)?,
             shortlist: buffer(old(|e| &e.shortlist), "shortlists", want.shortlist, storage)?,
@@ -854,13 +861,15 @@ impl CorpusSession<'_> {
             &b.uniform,
             &[
                 (&b.dist, 0),
-                (&b.aux_a, 0),
-                (&b.aux_b, 0),
+                (&b.aux_keys[0], 0),
+                (&b.aux_keys[1], 0),
                 (&b.candidates, base * kc as u64 * 8),
                 (&b.failed, base * 4),
                 (&b.row_state, base * 8),
                 (&b.shortlist_len, base * 4),
                 (&b.shortlist, base * shortlist_cap as u64 * 8),
+                (&b.aux_ids[0], 0),
+                (&b.aux_ids[1], 0),
             ],
         )
     }
