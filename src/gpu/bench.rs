@@ -108,7 +108,18 @@ impl GpuEngine {
                     &self.ctx.device,
                     &self.select.layout,
                     &uniform,
-                    &[keys, &aux[0], &aux[1], &out, &failed, &row_state, &no_shortlist_len, &no_shortlist, &aux[2], &aux[3]],
+                    &[
+                        keys,
+                        &aux[0],
+                        &aux[1],
+                        &out,
+                        &failed,
+                        &row_state,
+                        &no_shortlist_len,
+                        &no_shortlist,
+                        &aux[2],
+                        &aux[3],
+                    ],
                 )
             })
             .collect();

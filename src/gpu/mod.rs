@@ -347,9 +347,10 @@ enum Checks {
     /// that would otherwise never end).
     Checked,
     /// wgpu's bounds checks without the loop counters: for kernels whose every loop ends by
-    /// construction (a fixed trip count, a pass limit, or a bound below 2^31 stepped by a
-    /// constant). The select's passes are bound by instructions per key, and the counters
-    /// cost it 4-7% (`notes/select.md`, version 14).
+    /// construction (a fixed trip count, a pass limit, a binary search, or a bound below 2^31
+    /// stepped by a nonzero constant). The counters cost the select 4-7% of its time (its
+    /// passes are bound by instructions per key), the ranking 10% and the exact keys 3%
+    /// (`notes/select.md`, version 14).
     EndingLoops,
     /// None: for kernels whose every access is guarded by an explicit range check in the
     /// WGSL itself (the distance GEMM, where the checks cost most of its speed).
@@ -363,7 +364,8 @@ fn shader_module(ctx: &Context, name: &str, source: &str, checks: Checks) -> wgp
         // SAFETY: only used for shaders whose loops all end (see `Checks::EndingLoops`); every
         // access is still checked.
         Checks::EndingLoops => unsafe {
-            let checks = wgpu::ShaderRuntimeChecks { force_loop_bounding: false, ..wgpu::ShaderRuntimeChecks::checked() };
+            let checks =
+                wgpu::ShaderRuntimeChecks { force_loop_bounding: false, ..wgpu::ShaderRuntimeChecks::checked() };
             ctx.device.create_shader_module_trusted(desc, checks)
         },
         // SAFETY: only used for shaders whose storage and workgroup indices are all checked
@@ -492,7 +494,7 @@ impl GpuEngine {
             let slots = [RW, RW, RO, RO, RW, RW, RW, RW];
             let constants = [("MAX_KC", MAX_CERTIFY_KC as f64)];
             Some(ctx.allocating(|| {
-                let module = shader_module(&ctx, "certify", shaders::CERTIFY, Checks::Checked);
+                let module = shader_module(&ctx, "certify", shaders::CERTIFY, Checks::EndingLoops);
                 let rows = kernel(&ctx, "certify", &module, "certify_rows", &slots, &constants);
                 let sort_runs = pipeline(&ctx, "sort runs", &rows.layout, &module, "sort_runs", &constants);
                 let certify_runs = pipeline(&ctx, "certify runs", &rows.layout, &module, "certify_runs", &constants);
@@ -506,12 +508,12 @@ impl GpuEngine {
             let slots = [RO, RO, RO, RW, RO, RO];
             Some(ctx.allocating(|| {
                 let scalar = shaders::refine(false);
-                let module = shader_module(&ctx, "refine", &scalar, Checks::Checked);
+                let module = shader_module(&ctx, "refine", &scalar, Checks::EndingLoops);
                 let narrow = kernel(&ctx, "refine", &module, "exact_keys", &slots, &[]);
                 let grouped = pipeline(&ctx, "refine grouped", &narrow.layout, &module, "exact_keys_grouped", &[]);
                 let wide = pipeline(&ctx, "refine wide", &narrow.layout, &module, "exact_keys_wide", &[]);
                 let copy_mutual = pipeline(&ctx, "copy mutual keys", &narrow.layout, &module, "copy_mutual_keys", &[]);
-                let module4 = shader_module(&ctx, "refine vec4", &shaders::refine(true), Checks::Checked);
+                let module4 = shader_module(&ctx, "refine vec4", &shaders::refine(true), Checks::EndingLoops);
                 let wide4 = pipeline(&ctx, "refine wide vec4", &narrow.layout, &module4, "exact_keys_wide", &[]);
                 let grouped4 =
                     pipeline(&ctx, "refine grouped vec4", &narrow.layout, &module4, "exact_keys_grouped", &[]);
