@@ -94,15 +94,15 @@ const BIN_GROUP: u32 = 16u;
 // rather than the 4095 that (key, index) pairs allowed: fewer, fuller dispatches
 // (`notes/select.md`, version 14).
 @group(0) @binding(2) var<storage, read_write> aux_a_keys: array<u32>;
-@group(0) @binding(3) var<storage, read_write> aux_b_keys: array<u32>;
-@group(0) @binding(4) var<storage, read_write> out: array<vec2<u32>>;
-@group(0) @binding(5) var<storage, read_write> failed: array<u32>;
+@group(0) @binding(3) var<storage, read_write> aux_a_ids: array<u32>;
+@group(0) @binding(4) var<storage, read_write> aux_b_keys: array<u32>;
+@group(0) @binding(5) var<storage, read_write> aux_b_ids: array<u32>;
+@group(0) @binding(6) var<storage, read_write> out: array<vec2<u32>>;
+@group(0) @binding(7) var<storage, read_write> failed: array<u32>;
 // Per row: (corpus index to exclude, bits of the shortlist bound); see distance.wgsl.
-@group(0) @binding(6) var<storage, read_write> row_state: array<vec2<u32>>;
-@group(0) @binding(7) var<storage, read_write> shortlist_len: array<u32>;
-@group(0) @binding(8) var<storage, read> shortlist: array<vec2<u32>>;
-@group(0) @binding(9) var<storage, read_write> aux_a_ids: array<u32>;
-@group(0) @binding(10) var<storage, read_write> aux_b_ids: array<u32>;
+@group(0) @binding(8) var<storage, read_write> row_state: array<vec2<u32>>;
+@group(0) @binding(9) var<storage, read_write> shortlist_len: array<u32>;
+@group(0) @binding(10) var<storage, read> shortlist: array<vec2<u32>>;
 
 // Whether this invocation's row merges with its shortlist rather than the tile's list.
 var<private> from_shortlist: bool;

@@ -1,8 +1,8 @@
 //! `knng bench --what select` and `--what distance`: one kernel alone.
 
 use super::{
-    bind_group, grid, read_back, DistanceParams, GpuEngine, GpuTimes, Job, ParamSlots, SelectParams, Step, TILE_M,
-    TILE_N,
+    bind_group, grid, read_back, DistanceParams, GpuEngine, GpuTimes, Job, ParamSlots, SelectParams, Step, AUX_NAMES,
+    TILE_M, TILE_N,
 };
 use crate::error::{Error, Result};
 use rayon::prelude::*;
@@ -72,7 +72,7 @@ impl GpuEngine {
             last_keys = tile_keys;
             dist.push(buffer);
         }
-        let aux: Vec<wgpu::Buffer> = ["aux a keys", "aux b keys", "aux a indices", "aux b indices"]
+        let aux: Vec<wgpu::Buffer> = AUX_NAMES
             .into_iter()
             .map(|name| self.buffer(name, tile_rows as u64 * row_bytes, storage))
             .collect::<Result<_>>()?;
@@ -112,13 +112,13 @@ impl GpuEngine {
                         keys,
                         &aux[0],
                         &aux[1],
+                        &aux[2],
+                        &aux[3],
                         &out,
                         &failed,
                         &row_state,
                         &no_shortlist_len,
                         &no_shortlist,
-                        &aux[2],
-                        &aux[3],
                     ],
                 )
             })

@@ -161,14 +161,6 @@ impl Context {
             required_features |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
         }
         let limits = adapter.limits();
-        // The select binds ten storage buffers (select.wgsl), two more than WebGPU's default.
-        const STORAGE_BUFFERS: u32 = 10;
-        if limits.max_storage_buffers_per_shader_stage < STORAGE_BUFFERS {
-            return Err(Error::NoAdapter(format!(
-                "{}: {} storage buffers per shader stage, and knng's kernels bind up to {STORAGE_BUFFERS}",
-                info.name, limits.max_storage_buffers_per_shader_stage
-            )));
-        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("knng"),
             required_features,

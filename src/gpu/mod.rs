@@ -84,6 +84,9 @@ const UPLOAD_PART: usize = 2 << 20;
 const MIN_RETRY_BUDGET: u64 = 8 << 20;
 /// Uniform slots are this far apart (the largest `min_uniform_buffer_offset_alignment`).
 const PARAM_SLOT: u64 = 256;
+/// The select's auxiliary arrays in binding order (select.wgsl): the keys and indices of each
+/// of two arrays, apart, 4 bytes a slot.
+const AUX_NAMES: [&str; 4] = ["aux a keys", "aux a indices", "aux b keys", "aux b indices"];
 /// Distance tile shape (override constants of distance.wgsl).
 const TILE_M: u32 = 128;
 const TILE_N: u32 = 128;
@@ -427,7 +430,17 @@ impl GpuEngine {
             ));
         }
         let tile = tile_constants(depth);
-        let select_slots = [RO, RW, RW, RW, RW, RW, RW, RO, RW, RW];
+        let select_slots = [RO, RW, RW, RW, RW, RW, RW, RW, RW, RO];
+        // The select binds the most storage buffers of any kernel, two more than WebGPU's
+        // default limit.
+        if (ctx.limits.max_storage_buffers_per_shader_stage as usize) < select_slots.len() {
+            return Err(Error::NoAdapter(format!(
+                "{}: {} storage buffers per shader stage, and knng's select binds {}",
+                ctx.info.name,
+                ctx.limits.max_storage_buffers_per_shader_stage,
+                select_slots.len()
+            )));
+        }
         let distance_slots = [RO, RO, RO, RO, RO, RW, RW, RW];
         let (norms, distance, select, merge_per_subgroup) = ctx.allocating(|| {
             let module = shader_module(&ctx, "select", &shaders::select(ctx.subgroups), Checks::EndingLoops);

@@ -8,8 +8,8 @@ use rayon::prelude::*;
 use super::{
     bind_group, bind_group_at, bind_group_ranges, grid, metric_modes, publishing_groups, read_mapped, refine_group,
     reported_as, scalar_refine_group, CertifyParams, DistanceParams, GpuEngine, Job, Mapping, NormsParams, ParamSlots,
-    PreparedRows, RefineParams, SelectParams, Step, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, REFINE_WG, TILE_M,
-    TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
+    PreparedRows, RefineParams, SelectParams, Step, AUX_NAMES, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, REFINE_WG,
+    TILE_M, TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
 };
 use crate::data::{zeroed_answers, MatrixRef};
 use crate::error::Result;
@@ -261,9 +261,9 @@ pub(super) struct TileBuffers {
     state_rows: usize,
     failed: wgpu::Buffer,
     dist: wgpu::Buffer,
-    /// The select's two auxiliary arrays, keys and indices apart (select.wgsl).
-    aux_keys: [wgpu::Buffer; 2],
-    aux_ids: [wgpu::Buffer; 2],
+    /// The select's two auxiliary arrays, keys and indices apart, in binding order (a's keys,
+    /// a's indices, b's keys, b's indices; select.wgsl).
+    aux: [wgpu::Buffer; 4],
     candidates: wgpu::Buffer,
     shortlist_len: wgpu::Buffer,
     shortlist: wgpu::Buffer,
@@ -466,13 +466,11 @@ impl TileBuffers {
             row_state: buffer(old(|e| &e.row_state), "row state", want.row_state, storage | copy)?,
             failed: buffer(old(|e| &e.failed), "failed", want.failed, storage | copy)?,
             dist: buffer(old(|e| &e.dist), "distances", want.dist, storage)?,
-            aux_keys: [
-                buffer(old(|e| &e.aux_keys[0]), "aux a keys", want.aux, storage)?,
-                buffer(old(|e| &e.aux_keys[1]), "aux b keys", want.aux, storage)?,
-            ],
-            aux_ids: [
-                buffer(old(|e| &e.aux_ids[0]), "aux a indices", want.aux, storage)?,
-                buffer(old(|e| &e.aux_ids[1]), "aux b indices", want.aux, storage)?,
+            aux: [
+                buffer(old(|e| &e.aux[0]), AUX_NAMES[0], want.aux, storage)?,
+                buffer(old(|e| &e.aux[1]), AUX_NAMES[1], want.aux, storage)?,
+                buffer(old(|e| &e.aux[2]), AUX_NAMES[2], want.aux, storage)?,
+                buffer(old(|e| &e.aux[3]), AUX_NAMES[3], want.aux, storage)?,
             ],
             candidates: buffer(old(|e| &e.candidates), "candidates", want.candidates, storage | copy)?,
             shortlist_len: buffer(old(|e| &e.shortlist_len), "shortlist lengths", want.shortlist_len, storage | copy)?,
@@ -861,15 +859,15 @@ impl CorpusSession<'_> {
             &b.uniform,
             &[
                 (&b.dist, 0),
-                (&b.aux_keys[0], 0),
-                (&b.aux_keys[1], 0),
+                (&b.aux[0], 0),
+                (&b.aux[1], 0),
+                (&b.aux[2], 0),
+                (&b.aux[3], 0),
                 (&b.candidates, base * kc as u64 * 8),
                 (&b.failed, base * 4),
                 (&b.row_state, base * 8),
                 (&b.shortlist_len, base * 4),
                 (&b.shortlist, base * shortlist_cap as u64 * 8),
-                (&b.aux_ids[0], 0),
-                (&b.aux_ids[1], 0),
             ],
         )
     }
