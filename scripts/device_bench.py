@@ -143,22 +143,27 @@ def distance_kernel(rows, cols, d, extra=()):
 
 def appending():
     """The distance kernel that appends keys under each row's bound and writes no dense tile
-    (`--keep`, notes/select.md), in both forms (subgroup scans; workgroup counters, which
-    `--no-subgroups` selects), against the dense kernel and cuBLAS, in the kNN shape."""
+    (`--keep`, notes/select.md), in every form (subgroup scans; workgroup counters, which
+    `--no-subgroups` selects; two-sided, which also appends to the column rows' lists),
+    against the dense kernel and cuBLAS, in the kNN shape: 8192 query rows, and 3072 (a query
+    tile of n=65536 k=1000)."""
     line, _ = torch("gemm", "--n", 8192)
     cublas = float(re.search(r"([0-9.]+) TFLOP/s", line).group(1))
-    dense = distance_kernel(8192, 65536, 128)
-    if dense:
-        print(f"distance 8192 x 65536 d=128, dense tile: {dense:.1f} TFLOP/s, cuBLAS {cublas:.1f}, "
-              f"ratio {dense / cublas:.2f}", flush=True)
-    for keep in ("0.02", "0.005", "0.05"):
-        for form, extra in (("subgroup", []), ("workgroup", ["--no-subgroups"])):
-            tflops = distance_kernel(8192, 65536, 128, ["--keep", keep, *extra])
-            if tflops is None:
-                continue
-            against = f", {tflops / dense:.2f} of the dense kernel" if dense else ""
-            print(f"distance 8192 x 65536 d=128, keep {keep}, {form} form: {tflops:.1f} TFLOP/s, "
-                  f"cuBLAS {cublas:.1f}, ratio {tflops / cublas:.2f}{against}", flush=True)
+    for rows in (8192, 3072):
+        shape = f"distance {rows} x 65536 d=128"
+        dense = distance_kernel(rows, 65536, 128)
+        if dense:
+            print(f"{shape}, dense tile: {dense:.1f} TFLOP/s, cuBLAS {cublas:.1f}, "
+                  f"ratio {dense / cublas:.2f}", flush=True)
+        forms = (("subgroup", []), ("workgroup", ["--no-subgroups"]), ("two-sided", ["--two-sided"]))
+        for keep in ("0.02", "0.005", "0.05"):
+            for form, extra in forms:
+                tflops = distance_kernel(rows, 65536, 128, ["--keep", keep, *extra])
+                if tflops is None:
+                    continue
+                against = f", {tflops / dense:.2f} of the dense kernel" if dense else ""
+                print(f"{shape}, keep {keep}, {form} form: {tflops:.1f} TFLOP/s, "
+                      f"cuBLAS {cublas:.1f}, ratio {tflops / cublas:.2f}{against}", flush=True)
 
 
 def scaling():

@@ -53,6 +53,8 @@ struct Params {
     column_end: u32,    // columns below this global index also feed their own shortlists
     column_cap: u32,    // pairs per row of the column rows' shortlists
     publish_len: u32,   // vec4s of answers to publish (see above); 0: none
+    column_begin: u32,  // two-sided appending (distance_append_two_sided.wgsl): columns from
+                        // this global index on also feed their own lists
 }
 
 override BM: u32 = 128u;

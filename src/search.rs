@@ -210,7 +210,8 @@ impl Knn {
     /// against `cols` corpus rows of dimension `d`: (wall seconds, GPU times with
     /// [`Options::profile`]). For `knng bench --what distance`; an error on the CPU backend.
     /// With `keep`, the kernel that appends the keys under each row's bound (set to keep about
-    /// that fraction) to the row's list and writes no dense tile.
+    /// that fraction) to the row's list and writes no dense tile; `two_sided`, also each key
+    /// under its column row's bound to that row's list, as blocks of a symmetric sweep would.
     #[doc(hidden)]
     pub fn bench_distance(
         &self,
@@ -218,9 +219,10 @@ impl Knn {
         cols: usize,
         d: usize,
         keep: Option<f64>,
+        two_sided: bool,
     ) -> Result<(f64, Option<GpuTimes>)> {
         match &self.engine {
-            Engine::Gpu(g) => g.bench_distance(rows, cols, d, 1, keep),
+            Engine::Gpu(g) => g.bench_distance(rows, cols, d, 1, keep, two_sided),
             Engine::Cpu(_) => Err(Error::arg("backend", "the distance-only benchmark needs a GPU backend")),
         }
     }

@@ -570,12 +570,13 @@ fn bench_distance_runs_on_the_gpu_and_checks_itself() {
 }
 
 /// The appending distance kernel (keys under each row's bound go to its list, no dense tile):
-/// the bench checks the lists of two workgroup tiles' rows against the dense tile, in both forms
-/// (subgroup scans where the adapter has subgroup barriers, as lavapipe does; workgroup counters
-/// with `--no-subgroups`), with ragged tiles (300 rows, 5000 columns, d=13).
+/// the bench checks the lists of two workgroup tiles' rows against the dense tile, in every
+/// form (subgroup scans where the adapter has subgroup barriers, as lavapipe does; workgroup
+/// counters with `--no-subgroups`; two-sided, whose columns' lists it checks too), with ragged
+/// tiles (300 rows, 5000 columns, d=13).
 #[test]
 fn bench_distance_appending_checks_its_lists() {
-    for extra in [&[][..], &["--no-subgroups"][..]] {
+    for extra in [&[][..], &["--no-subgroups"][..], &["--two-sided"][..], &["--two-sided", "--no-subgroups"][..]] {
         for keep in ["0.01", "0.2"] {
             let mut args = vec![
                 "bench",
@@ -598,11 +599,18 @@ fn bench_distance_appending_checks_its_lists() {
             let said = text(&out.stdout);
             assert!(out.status.success(), "{args:?}: {said}{}", text(&out.stderr));
             assert!(said.contains(&format!("\"keep\":{keep}")), "{said}");
+            let two_sided = extra.contains(&"--two-sided");
+            assert!(said.contains(&format!("\"two_sided\":{two_sided}")), "{said}");
         }
     }
     fails(
         &["bench", "--what", "distance", "--rows", "4", "--cols", "10", "--backend", "gpu", "--keep", "0.7"],
         1,
+        &["keep"],
+    );
+    fails(
+        &["bench", "--what", "distance", "--rows", "4", "--cols", "10", "--backend", "gpu", "--two-sided"],
+        2,
         &["keep"],
     );
 }

@@ -138,7 +138,10 @@ struct DistanceParams {
     column_cap: u32,
     /// Vec4s of ranked answers to publish (distance_publish.wgsl); 0: none.
     publish_len: u32,
-    _pad: [u32; 3],
+    /// Two-sided appending (distance_append_two_sided.wgsl): columns from this global index
+    /// on also feed their own lists.
+    column_begin: u32,
+    _pad: [u32; 2],
 }
 
 /// `Params` of select.wgsl.
@@ -265,9 +268,10 @@ pub(crate) struct GpuEngine {
     /// mapped buffers can be bound as storage: a module of its own, so that the dispatches
     /// that publish nothing run the plain kernel, every workgroup a tile.
     distance_publish: Option<Kernel>,
-    /// The distance GEMM with the appending epilogue (`distance_append.wgsl`), built on first
-    /// use: only `knng bench --what distance --keep` runs it so far.
-    distance_appending: std::sync::OnceLock<wgpu::ComputePipeline>,
+    /// The distance GEMM with the appending epilogue (`distance_append.wgsl`), one-sided and
+    /// two-sided, each built on first use: only `knng bench --what distance --keep` runs them
+    /// so far.
+    distance_appending: [std::sync::OnceLock<wgpu::ComputePipeline>; 2],
     /// Depth of the distance kernel's workgroup tiles (`BK`).
     tile_depth: u32,
     select: Kernel,
@@ -560,19 +564,26 @@ impl GpuEngine {
         })
     }
 
-    /// The appending distance pipeline (`distance_append.wgsl`), built on first use; it shares
-    /// the plain distance kernel's bindings.
-    fn appending_pipeline(&self) -> Result<&wgpu::ComputePipeline> {
-        if let Some(built) = self.distance_appending.get() {
+    /// The appending distance pipeline (`distance_append.wgsl`), one-sided or `two_sided`,
+    /// built on first use; it shares the plain distance kernel's bindings. The one-sided form
+    /// counts by subgroup scans where the adapter has subgroup barriers.
+    fn appending_pipeline(&self, two_sided: bool) -> Result<&wgpu::ComputePipeline> {
+        let slot = &self.distance_appending[two_sided as usize];
+        if let Some(built) = slot.get() {
             return Ok(built);
         }
+        let form = match (two_sided, self.ctx.subgroup_barrier) {
+            (true, _) => shaders::AppendForm::TwoSided,
+            (false, true) => shaders::AppendForm::Subgroup,
+            (false, false) => shaders::AppendForm::Workgroup,
+        };
         let tile = tile_constants(self.tile_depth);
         let built = self.ctx.allocating(|| {
-            let source = shaders::distance_appending(self.tile_depth, self.ctx.subgroup_barrier);
+            let source = shaders::distance_appending(self.tile_depth, form);
             let module = shader_module(&self.ctx, "distance appending", &source, Checks::Unchecked);
             pipeline(&self.ctx, "distance appending", &self.distance.layout, &module, "distance_tile", &tile)
         })?;
-        Ok(self.distance_appending.get_or_init(|| built))
+        Ok(slot.get_or_init(|| built))
     }
 
     /// Whether the distance kernel can publish ranked answers (`distance_publish.wgsl`).
@@ -682,8 +693,11 @@ enum Step {
     /// A distance tile that also publishes the previous query tile's answers.
     DistancePublishing,
     /// A distance tile whose keys under each row's bound are appended to the row's list, with
-    /// no dense tile written (`distance_append.wgsl`).
-    DistanceAppending,
+    /// no dense tile written (`distance_append.wgsl`); `two_sided`: also under each column
+    /// row's bound to that row's list.
+    DistanceAppending {
+        two_sided: bool,
+    },
     SelectRows,
     /// A merge by one subgroup per row (`select_rows_per_subgroup`), for short lists where
     /// the adapter has subgroups.
@@ -788,7 +802,7 @@ impl GpuTimes {
     fn add(&mut self, step: Step, seconds: f64) {
         match step {
             Step::Norms => self.prepare_rows += seconds,
-            Step::Distance | Step::DistancePublishing | Step::DistanceAppending => self.distance += seconds,
+            Step::Distance | Step::DistancePublishing | Step::DistanceAppending { .. } => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
             Step::Merge | Step::MergeWide => self.merge += seconds,
             Step::Refine
@@ -849,9 +863,9 @@ impl GpuEngine {
                     Step::DistancePublishing => {
                         &self.distance_publish.as_ref().expect("only planned where it exists").pipeline
                     }
-                    Step::DistanceAppending => {
-                        self.distance_appending.get().expect("built (`appending_pipeline`) before it is planned")
-                    }
+                    Step::DistanceAppending { two_sided } => self.distance_appending[two_sided as usize]
+                        .get()
+                        .expect("built (`appending_pipeline`) before it is planned"),
                     Step::SelectRows => &self.select.pipeline,
                     Step::Merge => self.merge_per_subgroup.as_ref().expect("only planned with subgroups"),
                     Step::MergeWide => &self.select.pipeline,

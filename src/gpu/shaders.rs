@@ -14,6 +14,9 @@ const DISTANCE_PUBLISH: &str = include_str!("../../shaders/distance_publish.wgsl
 const DISTANCE_APPEND: &str = include_str!("../../shaders/distance_append.wgsl");
 const DISTANCE_APPEND_SUBGROUP: &str = include_str!("../../shaders/distance_append_subgroup.wgsl");
 const DISTANCE_APPEND_WORKGROUP: &str = include_str!("../../shaders/distance_append_workgroup.wgsl");
+/// The appending epilogue of symmetric blocks, which also appends each key to its column row's
+/// list (`shaders/distance_append_two_sided.wgsl`).
+const DISTANCE_APPEND_TWO_SIDED: &str = include_str!("../../shaders/distance_append_two_sided.wgsl");
 /// Quick multi-select, without its entry point (`shaders/select.wgsl`).
 const SELECT: &str = include_str!("../../shaders/select.wgsl");
 /// Ballot helpers and the `select_rows` entry point with subgroups (`shaders/select_entry_subgroup.wgsl`).
@@ -69,14 +72,29 @@ pub fn distance(depth: u32, publish: bool) -> String {
 /// last function of the file.
 const EPILOGUE_MARK: &str = "    // Epilogue: replaced by the appending variant's";
 
+/// How the appending epilogue counts and where its keys go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppendForm {
+    /// Each row's keys to its own list, counted by subgroup scans.
+    Subgroup,
+    /// Each row's keys to its own list, counted by workgroup counters.
+    Workgroup,
+    /// Each key to its row's list and to its column row's list (symmetric blocks), counted by
+    /// workgroup counters.
+    TwoSided,
+}
+
 /// The distance GEMM with the appending epilogue of distance_append.wgsl: keys under each
 /// row's bound go to the row's list and no dense tile is written. Every workgroup a tile.
-/// `subgroups`: the form that counts by subgroup scans, else by workgroup counters.
-pub fn distance_appending(depth: u32, subgroups: bool) -> String {
+pub fn distance_appending(depth: u32, form: AppendForm) -> String {
     let at = DISTANCE.find(EPILOGUE_MARK).expect("distance.wgsl marks its epilogue");
     let accumulators = (0..8).map(|r| format!("r{r}c0, r{r}c1")).collect::<Vec<_>>().join(", ");
     let gemm = format!("{}    append_tile(row0, col0, tx, ty, lid, {accumulators});\n}}\n", &DISTANCE[..at]);
-    let form = if subgroups { DISTANCE_APPEND_SUBGROUP } else { DISTANCE_APPEND_WORKGROUP };
+    let form = match form {
+        AppendForm::Subgroup => DISTANCE_APPEND_SUBGROUP,
+        AppendForm::Workgroup => DISTANCE_APPEND_WORKGROUP,
+        AppendForm::TwoSided => DISTANCE_APPEND_TWO_SIDED,
+    };
     unroll(&format!("{gemm}\n{PLAIN_TILES}\n{DISTANCE_APPEND}\n{form}"), &[("BK", depth)])
 }
 
@@ -153,8 +171,9 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("norms", NORMS.to_string(), false, false),
         m("distance", distance(super::TILE_K, false), false, false),
         m("distance_publish", distance(super::TILE_K, true), false, false),
-        m("distance_appending_subgroup", distance_appending(super::TILE_K, true), true, false),
-        m("distance_appending_workgroup", distance_appending(super::TILE_K, false), false, false),
+        m("distance_appending_subgroup", distance_appending(super::TILE_K, AppendForm::Subgroup), true, false),
+        m("distance_appending_workgroup", distance_appending(super::TILE_K, AppendForm::Workgroup), false, false),
+        m("distance_appending_two_sided", distance_appending(super::TILE_K, AppendForm::TwoSided), false, false),
         m("select_subgroup", select(true), true, false),
         m("select_workgroup", select(false), false, false),
         m("refine_scalar", refine(false), false, true),

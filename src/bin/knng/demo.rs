@@ -274,13 +274,14 @@ fn bench_distance(a: BenchArgs) -> Outcome {
     let (rows, cols, d) = (a.rows as usize, a.cols as usize, a.d as usize);
     let bar = Bar::new(true, "bench");
     let knn = a.engine.open_profiled(false, a.profile, &bar)?;
-    let (wall, gpu) = fastest(a.repeat, || knn.bench_distance(rows, cols, d, a.keep))?;
+    let (wall, gpu) = fastest(a.repeat, || knn.bench_distance(rows, cols, d, a.keep, a.two_sided))?;
     let tflops = |s: f64| 2.0 * rows as f64 * cols as f64 * d as f64 / s / 1e12;
     if a.json {
         say(format!(
-            "{{\"what\":\"distance\",\"rows\":{rows},\"cols\":{cols},\"d\":{d},\"keep\":{},\"backend\":{},\"seconds\":{wall:.6},\
+            "{{\"what\":\"distance\",\"rows\":{rows},\"cols\":{cols},\"d\":{d},\"keep\":{},\"two_sided\":{},\"backend\":{},\"seconds\":{wall:.6},\
              \"gpu_s\":{},\"tflops\":{:.3},\"repeat\":{}}}",
             a.keep.map_or("null".to_string(), |f| f.to_string()),
+            a.two_sided,
             json_string(&knn.description()),
             gpu.map_or("null".to_string(), |g| format!("{:.6}", g.distance)),
             tflops(gpu.map_or(wall, |g| g.distance)),
@@ -292,7 +293,10 @@ fn bench_distance(a: BenchArgs) -> Outcome {
         });
         say(format!(
             "distance {rows} x {cols} d={d}{} | {} | {} ({:.1} TFLOP/s){gpu_text}",
-            a.keep.map_or(String::new(), |f| format!(", keys under a bound keeping {f} appended, no dense tile")),
+            a.keep.map_or(String::new(), |f| {
+                let sides = if a.two_sided { " to both rows' lists" } else { "" };
+                format!(", keys under a bound keeping {f} appended{sides}, no dense tile")
+            }),
             knn.description(),
             seconds(wall),
             tflops(wall)

@@ -189,6 +189,10 @@ struct BenchArgs {
     /// keeping about this fraction of them to the row's list, writing no dense tile.
     #[arg(long, value_name = "FRACTION")]
     keep: Option<f64>,
+    /// With `--keep`: also append each key under its column row's bound to that row's list,
+    /// as the blocks of a symmetric sweep would (the corpus rows get bounds of their own).
+    #[arg(long, requires = "keep")]
+    two_sided: bool,
     /// Query rows for `--what search`.
     #[arg(long, default_value_t = 1000, value_parser = at_least(1))]
     queries: u64,
