@@ -157,7 +157,8 @@ def appending():
                   f"ratio {dense / cublas:.2f}", flush=True)
         forms = (("subgroup", []), ("workgroup", ["--no-subgroups"]), ("two-sided", ["--two-sided"]))
         for keep in ("0.02", "0.005", "0.05"):
-            for form, extra in forms:
+            # Two-sided lists at 0.05 take more than a binding (2 GiB).
+            for form, extra in forms[:2] if keep == "0.05" else forms:
                 tflops = distance_kernel(rows, 65536, 128, ["--keep", keep, *extra])
                 if tflops is None:
                     continue

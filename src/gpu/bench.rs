@@ -256,10 +256,21 @@ impl GpuEngine {
         let bounds = bounds_of(&q, &q_norms, &c, &c_norms);
         let column_bounds = if two_sided { bounds_of(&c, &c_norms, &q, &q_norms) } else { Vec::new() };
         // Lists of the query rows, then (two-sided) of the corpus rows, each holding what the
-        // timed run appends with room (the warm-up's keys are cleared before it).
-        let with_room = |f: f64, keys: usize| (1.5 * f * keys as f64).ceil() as usize + 64;
+        // timed run appends with room (the warm-up's keys are cleared before it): a bound of
+        // rank r = keep x BOUND_SAMPLE keeps that fraction give or take 1 / sqrt(r) of it
+        // (H100, 3072 x 65536: a row kept 1.6 times the fraction at keep 0.02, r = 20, and
+        // 2.8 times at keep 0.005, r = 5), so the room is 5 / sqrt(r) of the fraction.
+        let with_room = |f: f64, keys: usize| {
+            let rank = (f * BOUND_SAMPLE as f64).max(1.0);
+            (f * keys as f64 * (1.0 + 5.0 / rank.sqrt())).ceil() as usize + 64
+        };
         let cap = keep.map_or(0, |f| with_room(f, cols).max(if two_sided { with_room(f, rows) } else { 0 }));
         let list_rows = rows + column_bounds.len();
+        if (list_rows * cap * 8) as u64 > self.max_binding {
+            return Err(Error::TooLargeForDevice(format!(
+                "{list_rows} lists of {cap} pairs do not fit one binding; use a smaller --keep or fewer rows"
+            )));
+        }
         let state: Vec<[u32; 2]> = bounds.iter().chain(&column_bounds).map(|b| [u32::MAX, b.to_bits()]).collect();
         let row_state = self.upload("row state", bytemuck::cast_slice(&state))?;
         let dist = self.buffer("distances", (rows * tile_cols * 4) as u64, storage)?;
