@@ -10,14 +10,29 @@
 //
 // Each side counts its kept keys per row and per column in workgroup memory; then one
 // invocation per row and one per column reserves the workgroup's range of that list with one
-// global atomic, and every invocation writes its keys from registers (computed once, in place
-// of the accumulators). Keys past a list's cap are counted but not written. Shares
+// global atomic, and every invocation writes its keys at slots taken one key at a time from
+// those ranges (workgroup atomics). Keys past a list's cap are counted but not written. Shares
 // distance_append.wgsl's helpers with the one-sided forms.
+//
+// Measured on an H100 (notes/select.md, "The two-sided appending epilogue"): 0.65 of the
+// dense kernel's speed at 2% of the keys kept on each side, where the one-sided forms run at
+// 0.85-0.90. Per-column state costs the GEMM even where it is never used: the forms tried
+// that held the columns' bounds in registers ran at 0.57-0.62.
 
 // Per row and per column of the tile: kept keys, then (after the reservation) the next free
 // slot of that list.
 var<workgroup> row_kept: array<atomic<u32>, BM>;
 var<workgroup> col_kept: array<atomic<u32>, BN>;
+// The columns' bounds (-inf where a column takes nothing) and squared norms (+inf past the
+// tile), read where used rather than held in registers beside the accumulators: the one-sided
+// subgroup form with eight column bounds in registers ran a fifth slower even where every
+// bound was -inf.
+var<workgroup> col_bound: array<f32, BN>;
+var<workgroup> col_norm: array<f32, BN>;
+
+fn column_norms4(lc: u32) -> vec4<f32> {
+    return vec4<f32>(col_norm[lc], col_norm[lc + 1u], col_norm[lc + 2u], col_norm[lc + 3u]);
+}
 
 // Keys of row r at columns c..c+3, +inf for rows past the tile, which neither side keeps.
 fn side_keys(r: u32, c: u32, d: vec4<f32>, cn: vec4<f32>) -> vec4<f32> {
@@ -27,18 +42,19 @@ fn side_keys(r: u32, c: u32, d: vec4<f32>, cn: vec4<f32>) -> vec4<f32> {
     return append_keys(r, c, d, cn);
 }
 
-// Bounds of columns c..c+3 as rows of later tiles; -inf where a column takes nothing: past
-// the tile's end, or before column_begin.
-fn later_bounds(c: u32) -> vec4<f32> {
-    var cb = vec4<f32>(bitcast<f32>(0xff800000u));
-    // unroll(j, 4u)
-    for (var j = 0u; j < 4u; j++) {
-        let global = params.col_base + c + j;
-        if (c + j < params.c_rows && global >= params.column_begin) {
-            cb[j] = bitcast<f32>(row_state[global].y);
-        }
+// The bound of column c as a row of a later tile; -inf where it takes nothing: past the
+// tile's end, or before column_begin.
+fn later_bound(c: u32) -> f32 {
+    let global = params.col_base + c;
+    if (c < params.c_rows && global >= params.column_begin) {
+        return bitcast<f32>(row_state[global].y);
     }
-    return cb;
+    return bitcast<f32>(0xff800000u);
+}
+
+// The bounds of local columns lc..lc+3 from workgroup memory.
+fn column_bounds4(lc: u32) -> vec4<f32> {
+    return vec4<f32>(col_bound[lc], col_bound[lc + 1u], col_bound[lc + 2u], col_bound[lc + 3u]);
 }
 
 fn below4(v: vec4<f32>, bound: vec4<f32>) -> vec4<u32> {
@@ -63,7 +79,7 @@ fn add_columns(c: u32, n: vec4<u32>) {
 // One row's keys at columns c..c+3 (`lc` local): each under the row's bound to the row's list
 // (local row `lm`), each under its column's bound to that column row's list, at slots taken
 // one key at a time from the workgroup's ranges.
-fn write_four(r: u32, lm: u32, c: u32, lc: u32, v: vec4<f32>, bound: f32, cb: vec4<f32>) {
+fn write_four(r: u32, lm: u32, c: u32, lc: u32, v: vec4<f32>, bound: f32) {
     let cap = params.shortlist_cap;
     // unroll(j, 4u)
     for (var j = 0u; j < 4u; j++) {
@@ -73,7 +89,7 @@ fn write_four(r: u32, lm: u32, c: u32, lc: u32, v: vec4<f32>, bound: f32, cb: ve
                 shortlist[(params.row_base + r) * cap + slot] = vec2<u32>(bitcast<u32>(v[j]), params.col_base + c + j);
             }
         }
-        if (v[j] < cb[j]) {
+        if (v[j] < col_bound[lc + j]) {
             let slot = atomicAdd(&col_kept[lc + j], 1u);
             if (slot < cap) {
                 shortlist[(params.col_base + c + j) * cap + slot] = vec2<u32>(bitcast<u32>(v[j]), params.row_base + r);
@@ -84,50 +100,46 @@ fn write_four(r: u32, lm: u32, c: u32, lc: u32, v: vec4<f32>, bound: f32, cb: ve
 
 // Phase 1 for one row and four columns c..c+3: counts the row's kept keys in workgroup
 // memory (local row `lm`) and returns the columns' counts plus `n`.
-fn count_four(lm: u32, r: u32, c: u32, d: vec4<f32>, cn: vec4<f32>, cb: vec4<f32>, n: vec4<u32>) -> vec4<u32> {
+fn count_four(lm: u32, r: u32, c: u32, lc: u32, d: vec4<f32>, cn: vec4<f32>, n: vec4<u32>) -> vec4<u32> {
     let v = side_keys(r, c, d, cn);
     add_row(lm, count_below(v, append_bound(r)));
-    return n + below4(v, cb);
+    return n + below4(v, column_bounds4(lc));
 }
 
 // Phases 1 and 3 for the invocation's four columns c..c+3 (local `lc`) of its eight rows from
-// `m` (local `lm`), with those rows' accumulators for these columns. One half of the
-// invocation's columns at a time: only four columns' norms and bounds are live beside the
-// accumulators.
+// `m` (local `lm`), with those rows' accumulators for these columns: one half of the
+// invocation's columns at a time.
 fn count_half(lm: u32, m: u32, c: u32, lc: u32, d0: vec4<f32>, d1: vec4<f32>, d2: vec4<f32>, d3: vec4<f32>,
               d4: vec4<f32>, d5: vec4<f32>, d6: vec4<f32>, d7: vec4<f32>) {
     let h = BM / 2u;
-    let cn = column_norms(c);
-    let cb = later_bounds(c);
-    var n = count_four(lm, m, c, d0, cn, cb, vec4<u32>(0u));
-    n = count_four(lm + 1u, m + 1u, c, d1, cn, cb, n);
-    n = count_four(lm + 2u, m + 2u, c, d2, cn, cb, n);
-    n = count_four(lm + 3u, m + 3u, c, d3, cn, cb, n);
-    n = count_four(lm + h, m + h, c, d4, cn, cb, n);
-    n = count_four(lm + h + 1u, m + h + 1u, c, d5, cn, cb, n);
-    n = count_four(lm + h + 2u, m + h + 2u, c, d6, cn, cb, n);
-    n = count_four(lm + h + 3u, m + h + 3u, c, d7, cn, cb, n);
+    let cn = column_norms4(lc);
+    var n = count_four(lm, m, c, lc, d0, cn, vec4<u32>(0u));
+    n = count_four(lm + 1u, m + 1u, c, lc, d1, cn, n);
+    n = count_four(lm + 2u, m + 2u, c, lc, d2, cn, n);
+    n = count_four(lm + 3u, m + 3u, c, lc, d3, cn, n);
+    n = count_four(lm + h, m + h, c, lc, d4, cn, n);
+    n = count_four(lm + h + 1u, m + h + 1u, c, lc, d5, cn, n);
+    n = count_four(lm + h + 2u, m + h + 2u, c, lc, d6, cn, n);
+    n = count_four(lm + h + 3u, m + h + 3u, c, lc, d7, cn, n);
     add_columns(lc, n);
 }
 
 fn write_half(lm: u32, m: u32, c: u32, lc: u32, d0: vec4<f32>, d1: vec4<f32>, d2: vec4<f32>, d3: vec4<f32>,
               d4: vec4<f32>, d5: vec4<f32>, d6: vec4<f32>, d7: vec4<f32>) {
     let h = BM / 2u;
-    let cn = column_norms(c);
-    let cb = later_bounds(c);
-    write_four(m, lm, c, lc, side_keys(m, c, d0, cn), append_bound(m), cb);
-    write_four(m + 1u, lm + 1u, c, lc, side_keys(m + 1u, c, d1, cn), append_bound(m + 1u), cb);
-    write_four(m + 2u, lm + 2u, c, lc, side_keys(m + 2u, c, d2, cn), append_bound(m + 2u), cb);
-    write_four(m + 3u, lm + 3u, c, lc, side_keys(m + 3u, c, d3, cn), append_bound(m + 3u), cb);
-    write_four(m + h, lm + h, c, lc, side_keys(m + h, c, d4, cn), append_bound(m + h), cb);
-    write_four(m + h + 1u, lm + h + 1u, c, lc, side_keys(m + h + 1u, c, d5, cn), append_bound(m + h + 1u), cb);
-    write_four(m + h + 2u, lm + h + 2u, c, lc, side_keys(m + h + 2u, c, d6, cn), append_bound(m + h + 2u), cb);
-    write_four(m + h + 3u, lm + h + 3u, c, lc, side_keys(m + h + 3u, c, d7, cn), append_bound(m + h + 3u), cb);
+    let cn = column_norms4(lc);
+    write_four(m, lm, c, lc, side_keys(m, c, d0, cn), append_bound(m));
+    write_four(m + 1u, lm + 1u, c, lc, side_keys(m + 1u, c, d1, cn), append_bound(m + 1u));
+    write_four(m + 2u, lm + 2u, c, lc, side_keys(m + 2u, c, d2, cn), append_bound(m + 2u));
+    write_four(m + 3u, lm + 3u, c, lc, side_keys(m + 3u, c, d3, cn), append_bound(m + 3u));
+    write_four(m + h, lm + h, c, lc, side_keys(m + h, c, d4, cn), append_bound(m + h));
+    write_four(m + h + 1u, lm + h + 1u, c, lc, side_keys(m + h + 1u, c, d5, cn), append_bound(m + h + 1u));
+    write_four(m + h + 2u, lm + h + 2u, c, lc, side_keys(m + h + 2u, c, d6, cn), append_bound(m + h + 2u));
+    write_four(m + h + 3u, lm + h + 3u, c, lc, side_keys(m + h + 3u, c, d7, cn), append_bound(m + h + 3u));
 }
 
 // Nothing but the accumulators lives across the barriers: keys are computed from them in each
-// phase and slots taken one key at a time, so that the epilogue needs few registers beyond
-// the GEMM's (notes/select.md, "The two-sided appending epilogue").
+// phase, and no invocation holds offsets into the ranges.
 fn append_tile(
     row0: u32, col0: u32, tx: u32, ty: u32, lid: u32,
     r0c0: vec4<f32>, r0c1: vec4<f32>, r1c0: vec4<f32>, r1c1: vec4<f32>,
@@ -141,6 +153,10 @@ fn append_tile(
     }
     if (lid < BN) {
         atomicStore(&col_kept[lid], 0u);
+        col_bound[lid] = later_bound(col0 + lid);
+        let past = col0 + lid >= params.c_rows;
+        let norm = c_norms[params.c_offset + min(col0 + lid, params.c_rows - 1u)];
+        col_norm[lid] = select(norm, bitcast<f32>(0x7f800000u), past);
     }
     workgroupBarrier();
     let c = col0 + tx * 4u;
