@@ -141,6 +141,18 @@ def distance_kernel(rows, cols, d, extra=()):
     return json.loads(run.stdout.strip().splitlines()[-1])["tflops"]
 
 
+def distance_times(rows, cols, d, extra=()):
+    """(kernel s, filter s or None) of `bench --what distance`, or None (the error printed)."""
+    cmd = [KNNG, "bench", "--what", "distance", "--rows", str(rows), "--cols", str(cols), "--d", str(d),
+           "--backend", "gpu", "--repeat", "3", "--json", "--profile", *extra]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        print(f"{' '.join(cmd)} failed: {run.stderr.strip()}", flush=True)
+        return None
+    r = json.loads(run.stdout.strip().splitlines()[-1])
+    return r["gpu_s"], r.get("filter_s")
+
+
 def appending():
     """The distance kernel that appends keys under each row's bound and writes no dense tile
     (`--keep`, notes/select.md), in every form (subgroup scans; workgroup counters, which
@@ -156,6 +168,15 @@ def appending():
             print(f"{shape}, dense tile: {dense:.1f} TFLOP/s, cuBLAS {cublas:.1f}, "
                   f"ratio {dense / cublas:.2f}", flush=True)
         forms = (("subgroup", []), ("workgroup", ["--no-subgroups"]), ("two-sided", ["--two-sided"]))
+        # The plain kernel and the filter kernel of its own, each timed.
+        dense_s = distance_times(rows, 65536, 128)
+        for keep in ("0.02", "0.005"):
+            times = distance_times(rows, 65536, 128, ["--keep", keep, "--two-sided", "--filter"])
+            if times and dense_s:
+                gemm, filtered = times
+                print(f"{shape}, keep {keep}: plain kernel {gemm * 1e3:.3f} ms + two-sided filter "
+                      f"{filtered * 1e3:.3f} ms, {dense_s[0] / (gemm + filtered):.2f} of the dense kernel's speed",
+                      flush=True)
         for keep in ("0.02", "0.005", "0.05"):
             # Two-sided lists at 0.05 take more than a binding (2 GiB).
             for form, extra in forms[:2] if keep == "0.05" else forms:

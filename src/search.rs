@@ -211,7 +211,8 @@ impl Knn {
     /// [`Options::profile`]). For `knng bench --what distance`; an error on the CPU backend.
     /// With `keep`, the kernel that appends the keys under each row's bound (set to keep about
     /// that fraction) to the row's list and writes no dense tile; `two_sided`, also each key
-    /// under its column row's bound to that row's list, as blocks of a symmetric sweep would.
+    /// under its column row's bound to that row's list, as blocks of a symmetric sweep would;
+    /// `filter`, the plain kernel and then a filter kernel of its own doing both sides.
     #[doc(hidden)]
     pub fn bench_distance(
         &self,
@@ -220,9 +221,10 @@ impl Knn {
         d: usize,
         keep: Option<f64>,
         two_sided: bool,
+        filter: bool,
     ) -> Result<(f64, Option<GpuTimes>)> {
         match &self.engine {
-            Engine::Gpu(g) => g.bench_distance(rows, cols, d, 1, keep, two_sided),
+            Engine::Gpu(g) => g.bench_distance(rows, cols, d, 1, keep, two_sided, filter),
             Engine::Cpu(_) => Err(Error::arg("backend", "the distance-only benchmark needs a GPU backend")),
         }
     }

@@ -572,11 +572,19 @@ fn bench_distance_runs_on_the_gpu_and_checks_itself() {
 /// The appending distance kernel (keys under each row's bound go to its list, no dense tile):
 /// the bench checks the lists of two workgroup tiles' rows against the dense tile, in every
 /// form (subgroup scans where the adapter has subgroup barriers, as lavapipe does; workgroup
-/// counters with `--no-subgroups`; two-sided, whose columns' lists it checks too), with ragged
-/// tiles (300 rows, 5000 columns, d=13).
+/// counters with `--no-subgroups`; two-sided, whose columns' lists it checks too, in the GEMM's
+/// epilogue or by a filter kernel of its own), with ragged tiles (300 rows, 5000 columns, d=13).
 #[test]
 fn bench_distance_appending_checks_its_lists() {
-    for extra in [&[][..], &["--no-subgroups"][..], &["--two-sided"][..], &["--two-sided", "--no-subgroups"][..]] {
+    let forms: [&[&str]; 6] = [
+        &[],
+        &["--no-subgroups"],
+        &["--two-sided"],
+        &["--two-sided", "--no-subgroups"],
+        &["--two-sided", "--filter"],
+        &["--two-sided", "--filter", "--no-subgroups"],
+    ];
+    for extra in forms {
         for keep in ["0.01", "0.2"] {
             let mut args = vec![
                 "bench",
@@ -601,6 +609,8 @@ fn bench_distance_appending_checks_its_lists() {
             assert!(said.contains(&format!("\"keep\":{keep}")), "{said}");
             let two_sided = extra.contains(&"--two-sided");
             assert!(said.contains(&format!("\"two_sided\":{two_sided}")), "{said}");
+            let filter = extra.contains(&"--filter");
+            assert!(said.contains(&format!("\"filter\":{filter}")), "{said}");
         }
     }
     fails(
@@ -612,5 +622,23 @@ fn bench_distance_appending_checks_its_lists() {
         &["bench", "--what", "distance", "--rows", "4", "--cols", "10", "--backend", "gpu", "--two-sided"],
         2,
         &["keep"],
+    );
+    fails(
+        &[
+            "bench",
+            "--what",
+            "distance",
+            "--rows",
+            "4",
+            "--cols",
+            "10",
+            "--backend",
+            "gpu",
+            "--keep",
+            "0.1",
+            "--filter",
+        ],
+        2,
+        &["two-sided"],
     );
 }

@@ -1,8 +1,8 @@
 //! `knng bench --what select` and `--what distance`: one kernel alone.
 
 use super::{
-    bind_group, grid, read_back, DistanceParams, GpuEngine, GpuTimes, Job, ParamSlots, SelectParams, Step, AUX_NAMES,
-    TILE_M, TILE_N,
+    bind_group, grid, read_back, DistanceParams, FilterParams, GpuEngine, GpuTimes, Job, ParamSlots, SelectParams,
+    Step, AUX_NAMES, FILTER_STRIP, TILE_M, TILE_N,
 };
 use crate::error::{Error, Result};
 use rayon::prelude::*;
@@ -183,8 +183,11 @@ impl GpuEngine {
     /// about that fraction of its keys, and no dense tile is written; `two_sided` (with
     /// `keep`), the corpus rows are also rows with lists and bounds of their own, as the rows
     /// of later tiles are in a symmetric sweep, and each key also goes to its column row's list
-    /// under that row's bound (`distance_append_two_sided.wgsl`). Returns (wall seconds of the
-    /// timed submission, GPU times from timestamps when profiling).
+    /// under that row's bound (`distance_append_two_sided.wgsl`); `filter` (with `two_sided`),
+    /// the plain kernel writes each dense tile and a kernel of its own appends its keys to both
+    /// sides' lists (`filter_two_sided.wgsl`), timed apart. Returns (wall seconds of the timed
+    /// submission, GPU times from timestamps when profiling).
+    #[allow(clippy::too_many_arguments)]
     pub fn bench_distance(
         &self,
         rows: usize,
@@ -193,12 +196,16 @@ impl GpuEngine {
         seed: u64,
         keep: Option<f64>,
         two_sided: bool,
+        filter: bool,
     ) -> Result<(f64, Option<GpuTimes>)> {
         if let Some(f) = keep.filter(|f| !(*f > 0.0 && *f <= 0.5)) {
             return Err(Error::arg("keep", format!("{f}: the fraction of keys kept must be above 0 and at most 0.5")));
         }
         if two_sided && keep.is_none() {
             return Err(Error::arg("two-sided", "appends to lists: give the fraction of keys kept (--keep)"));
+        }
+        if filter && !two_sided {
+            return Err(Error::arg("filter", "filters both sides of a block: give --two-sided and --keep"));
         }
         let dim4 = d.div_ceil(4);
         let prepared = |n: usize, seed: u64| {
@@ -277,15 +284,33 @@ impl GpuEngine {
         let list_len = self.buffer("list lengths", (list_rows * 4).max(16) as u64, storage)?;
         let lists = self.buffer("lists", (list_rows * cap * 8).max(16) as u64, storage)?;
         let step = match keep {
-            Some(_) => {
+            Some(_) if !filter => {
                 self.appending_pipeline(two_sided)?;
                 Step::DistanceAppending { two_sided }
             }
-            None => Step::Distance,
+            _ => Step::Distance,
         };
+        let filter_kernel = if filter { Some(self.filter_kernel()?) } else { None };
         // Two-sided, the corpus rows follow the query rows in the lists and bounds.
         let first_column = if two_sided { rows } else { 0 };
+        // The filter of `rows` rows of the tile of `c_rows` columns from `c0`.
+        let filter_job = |params: &mut ParamSlots, rows: usize, c0: usize, c_rows: usize| {
+            let strips = rows.div_ceil(FILTER_STRIP.0) * c_rows.div_ceil(FILTER_STRIP.1);
+            let (gx, gy) = grid(strips, self.max_groups);
+            let offset = params.push(FilterParams {
+                rows: rows as u32,
+                cols: c_rows as u32,
+                stride: tile_cols as u32,
+                row_base: 0,
+                col_base: (first_column + c0) as u32,
+                column_begin: first_column as u32,
+                cap: cap as u32,
+                groups_x: gx,
+            });
+            (offset, (gx, gy))
+        };
         let mut params = ParamSlots::default();
+        // Per column tile: the distance dispatch, and the filter's after it.
         let mut jobs_at = Vec::new();
         let mut last_params = DistanceParams::default();
         for c0 in (0..cols).step_by(tile_cols) {
@@ -300,14 +325,16 @@ impl GpuEngine {
                 out_stride: tile_cols as u32,
                 mode: 0,
                 groups_x: gx,
-                shortlist_cap: cap as u32,
+                // The plain kernel appends nothing where the filter does.
+                shortlist_cap: if filter { 0 } else { cap as u32 },
                 row_base: 0,
                 column_end: 0,
                 column_cap: 0,
                 column_begin: first_column as u32,
                 ..Default::default()
             };
-            jobs_at.push((params.push(last_params), (gx, gy)));
+            let filtered = filter.then(|| filter_job(&mut params, rows, c0, c_rows));
+            jobs_at.push((params.push(last_params), (gx, gy), filtered));
         }
         // The last tile again for its first rows, for the check below: dense keys with the
         // plain kernel (and no list), then with the appending one (whose column side then
@@ -319,6 +346,7 @@ impl GpuEngine {
         let check_params = DistanceParams { q_rows: checked_rows as u32, groups_x: check_groups.0, ..last_params };
         let plain_check_offset = params.push(DistanceParams { shortlist_cap: 0, ..check_params });
         let check_offset = params.push(check_params);
+        let filter_check = filter.then(|| filter_job(&mut params, checked_rows, last, cols - last));
         let uniform_buf = self.upload_uniform(&params)?;
         let bind = bind_group(
             &self.ctx.device,
@@ -326,8 +354,20 @@ impl GpuEngine {
             &uniform_buf,
             &[&queries, &corpus, &q_norm_buf, &c_norm_buf, &row_state, &dist, &list_len, &lists],
         );
-        let jobs: Vec<Job<'_>> =
-            jobs_at.iter().map(|&(offset, groups)| Job { step, offset, groups, bind: &bind }).collect();
+        let filter_bind = filter_kernel
+            .map(|k| bind_group(&self.ctx.device, &k.layout, &uniform_buf, &[&dist, &row_state, &list_len, &lists]));
+        let filter_step = |(offset, groups): (u32, (u32, u32))| Job {
+            step: Step::Filter,
+            offset,
+            groups,
+            bind: filter_bind.as_ref().expect("bound where filtering"),
+        };
+        let jobs: Vec<Job<'_>> = jobs_at
+            .iter()
+            .flat_map(|&(offset, groups, filtered)| {
+                std::iter::once(Job { step, offset, groups, bind: &bind }).chain(filtered.map(filter_step))
+            })
+            .collect();
         let wall = self.time_jobs(&jobs, keep.is_some().then_some(&list_len))?;
         let profile = self.take_profile();
         if keep.is_some() {
@@ -335,7 +375,10 @@ impl GpuEngine {
             encoder.clear_buffer(&list_len, 0, None);
             let check = [
                 Job { step: Step::Distance, offset: plain_check_offset, groups: check_groups, bind: &bind },
-                Job { step, offset: check_offset, groups: check_groups, bind: &bind },
+                match filter_check {
+                    Some(filtered) => filter_step(filtered),
+                    None => Job { step, offset: check_offset, groups: check_groups, bind: &bind },
+                },
             ];
             let submitted = self.submit(encoder, &check)?;
             self.completion(submitted)?;

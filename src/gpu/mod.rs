@@ -144,6 +144,23 @@ struct DistanceParams {
     _pad: [u32; 2],
 }
 
+/// `Params` of filter_two_sided.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct FilterParams {
+    rows: u32,
+    cols: u32,
+    stride: u32,
+    row_base: u32,
+    col_base: u32,
+    column_begin: u32,
+    cap: u32,
+    groups_x: u32,
+}
+
+/// Rows and columns of the block one workgroup of filter_two_sided.wgsl takes.
+const FILTER_STRIP: (usize, usize) = (64, 128);
+
 /// `Params` of select.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
@@ -272,6 +289,9 @@ pub(crate) struct GpuEngine {
     /// two-sided, each built on first use: only `knng bench --what distance --keep` runs them
     /// so far.
     distance_appending: [std::sync::OnceLock<wgpu::ComputePipeline>; 2],
+    /// The two-sided filter of dense blocks (`filter_two_sided.wgsl`), built on first use:
+    /// only `knng bench --what distance --two-sided --filter` runs it so far.
+    filter: std::sync::OnceLock<Kernel>,
     /// Depth of the distance kernel's workgroup tiles (`BK`).
     tile_depth: u32,
     select: Kernel,
@@ -545,6 +565,7 @@ impl GpuEngine {
             distance,
             distance_publish,
             distance_appending: Default::default(),
+            filter: Default::default(),
             tile_depth: depth,
             select,
             merge_per_subgroup,
@@ -584,6 +605,18 @@ impl GpuEngine {
             pipeline(&self.ctx, "distance appending", &self.distance.layout, &module, "distance_tile", &tile)
         })?;
         Ok(slot.get_or_init(|| built))
+    }
+
+    /// The two-sided filter kernel (`filter_two_sided.wgsl`), built on first use.
+    fn filter_kernel(&self) -> Result<&Kernel> {
+        if let Some(built) = self.filter.get() {
+            return Ok(built);
+        }
+        let built = self.ctx.allocating(|| {
+            let module = shader_module(&self.ctx, "filter", &shaders::filter_two_sided(), Checks::EndingLoops);
+            kernel(&self.ctx, "filter", &module, "filter_block", &[RO, RO, RW, RW], &[])
+        })?;
+        Ok(self.filter.get_or_init(|| built))
     }
 
     /// Whether the distance kernel can publish ranked answers (`distance_publish.wgsl`).
@@ -698,6 +731,8 @@ enum Step {
     DistanceAppending {
         two_sided: bool,
     },
+    /// The two-sided filter of a dense block (`filter_two_sided.wgsl`).
+    Filter,
     SelectRows,
     /// A merge by one subgroup per row (`select_rows_per_subgroup`), for short lists where
     /// the adapter has subgroups.
@@ -773,6 +808,8 @@ pub struct GpuTimes {
     pub distance: f64,
     /// Selection of each tile's candidates (`select_rows` on distance tiles).
     pub select: f64,
+    /// The two-sided filter of dense blocks (`filter_two_sided.wgsl`; benchmarks only so far).
+    pub filter: f64,
     /// Merging each tile's candidates into the running lists.
     pub merge: f64,
     /// Exact float64 keys of the final candidates (`refine.wgsl`); adapters with SHADER_F64.
@@ -804,6 +841,7 @@ impl GpuTimes {
             Step::Norms => self.prepare_rows += seconds,
             Step::Distance | Step::DistancePublishing | Step::DistanceAppending { .. } => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
+            Step::Filter => self.filter += seconds,
             Step::Merge | Step::MergeWide => self.merge += seconds,
             Step::Refine
             | Step::RefineGrouped
@@ -866,6 +904,7 @@ impl GpuEngine {
                     Step::DistanceAppending { two_sided } => self.distance_appending[two_sided as usize]
                         .get()
                         .expect("built (`appending_pipeline`) before it is planned"),
+                    Step::Filter => &self.filter.get().expect("built (`filter_kernel`) before it is planned").pipeline,
                     Step::SelectRows => &self.select.pipeline,
                     Step::Merge => self.merge_per_subgroup.as_ref().expect("only planned with subgroups"),
                     Step::MergeWide => &self.select.pipeline,

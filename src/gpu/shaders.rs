@@ -17,6 +17,8 @@ const DISTANCE_APPEND_WORKGROUP: &str = include_str!("../../shaders/distance_app
 /// The appending epilogue of symmetric blocks, which also appends each key to its column row's
 /// list (`shaders/distance_append_two_sided.wgsl`).
 const DISTANCE_APPEND_TWO_SIDED: &str = include_str!("../../shaders/distance_append_two_sided.wgsl");
+/// The two-sided filter of a dense block, a kernel of its own (`shaders/filter_two_sided.wgsl`).
+const FILTER_TWO_SIDED: &str = include_str!("../../shaders/filter_two_sided.wgsl");
 /// Quick multi-select, without its entry point (`shaders/select.wgsl`).
 const SELECT: &str = include_str!("../../shaders/select.wgsl");
 /// Ballot helpers and the `select_rows` entry point with subgroups (`shaders/select_entry_subgroup.wgsl`).
@@ -98,6 +100,11 @@ pub fn distance_appending(depth: u32, form: AppendForm) -> String {
     unroll(&format!("{gemm}\n{PLAIN_TILES}\n{DISTANCE_APPEND}\n{form}"), &[("BK", depth)])
 }
 
+/// The two-sided filter of a dense block, its marked loops unrolled.
+pub fn filter_two_sided() -> String {
+    unroll(FILTER_TWO_SIDED, &[])
+}
+
 /// Loads of each row in flight per invocation and step in refine_vec4.wgsl (`DEPTH`).
 const REFINE_DEPTH: u32 = 4;
 
@@ -174,6 +181,7 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("distance_appending_subgroup", distance_appending(super::TILE_K, AppendForm::Subgroup), true, false),
         m("distance_appending_workgroup", distance_appending(super::TILE_K, AppendForm::Workgroup), false, false),
         m("distance_appending_two_sided", distance_appending(super::TILE_K, AppendForm::TwoSided), false, false),
+        m("filter_two_sided", filter_two_sided(), false, false),
         m("select_subgroup", select(true), true, false),
         m("select_workgroup", select(false), false, false),
         m("refine_scalar", refine(false), false, true),

@@ -193,6 +193,10 @@ struct BenchArgs {
     /// as the blocks of a symmetric sweep would (the corpus rows get bounds of their own).
     #[arg(long, requires = "keep")]
     two_sided: bool,
+    /// With `--two-sided`: the plain kernel writes the dense tile and a filter kernel of its
+    /// own appends its keys to both sides' lists; the two are timed apart.
+    #[arg(long, requires = "two_sided")]
+    filter: bool,
     /// Query rows for `--what search`.
     #[arg(long, default_value_t = 1000, value_parser = at_least(1))]
     queries: u64,
