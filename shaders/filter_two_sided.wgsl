@@ -7,11 +7,11 @@
 // GEMM leaves no registers to spare (notes/select.md); this kernel only moves memory.
 //
 // A workgroup takes a strip of STRIP rows x 128 columns, an invocation per column, reading the
-// strip row by row (each row's 128 keys in one run of 512 bytes). The column side counts in a
-// register, the row side in workgroup memory where a key is kept (a few percent of keys); one
-// global atomic per row and per column with keys reserves the strip's range of each list, and
-// a second read of the strip (from the caches) writes the keys. Keys past a list's cap are
-// counted but not written.
+// strip row by row (each row's 128 keys in one run of 512 bytes) into registers, once. The
+// column side counts in a register, the row side in workgroup memory where a key is kept (a
+// few percent of keys); one global atomic per row and per column with keys reserves the
+// strip's range of each list, and the keys are written from the registers. Keys past a list's
+// cap are counted but not written.
 
 struct Params {
     rows: u32,         // rows of the block
@@ -26,8 +26,6 @@ struct Params {
 
 const STRIP: u32 = 64u;
 const WIDTH: u32 = 128u;
-// Rows read before their keys are tested: loads in flight per invocation.
-const DEPTH: u32 = 8u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> block: array<f32>;
@@ -69,24 +67,22 @@ fn filter_block(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id
     let first = r0 * params.stride + col;
     workgroupBarrier();
 
+    // The strip's keys of this column, +inf past the block; indexed by constants only (the
+    // loops are unrolled when the module is built), so they stay in registers.
+    var v: array<f32, STRIP>;
+    // unroll(i, 64u)
+    for (var i = 0u; i < 64u; i++) {
+        v[i] = bitcast<f32>(0x7f800000u);
+        if (inside && i < rows) {
+            v[i] = block[first + i * params.stride];
+        }
+    }
     var kept = 0u;
-    if (inside) {
-        for (var i = 0u; i < rows; i += DEPTH) {
-            var v: array<f32, DEPTH>;
-            // unroll(u, 8u)
-            for (var u = 0u; u < 8u; u++) {
-                v[u] = bitcast<f32>(0x7f800000u);
-                if (i + u < rows) {
-                    v[u] = block[first + (i + u) * params.stride];
-                }
-            }
-            // unroll(u, 8u)
-            for (var u = 0u; u < 8u; u++) {
-                kept += select(0u, 1u, v[u] < column_bound);
-                if (v[u] < row_bound[(i + u) % STRIP]) {
-                    atomicAdd(&row_kept[(i + u) % STRIP], 1u);
-                }
-            }
+    // unroll(i, 64u)
+    for (var i = 0u; i < 64u; i++) {
+        kept += select(0u, 1u, v[i] < column_bound);
+        if (v[i] < row_bound[i]) {
+            atomicAdd(&row_kept[i], 1u);
         }
     }
     workgroupBarrier();
@@ -102,22 +98,20 @@ fn filter_block(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id
     }
     workgroupBarrier();
 
-    if (inside) {
-        let cap = params.cap;
-        for (var i = 0u; i < rows; i++) {
-            let v = block[first + i * params.stride];
-            if (v < row_bound[i]) {
-                let s = atomicAdd(&row_kept[i], 1u);
-                if (s < cap) {
-                    lists[(params.row_base + r0 + i) * cap + s] = vec2<u32>(bitcast<u32>(v), global);
-                }
+    let cap = params.cap;
+    // unroll(i, 64u)
+    for (var i = 0u; i < 64u; i++) {
+        if (v[i] < row_bound[i]) {
+            let s = atomicAdd(&row_kept[i], 1u);
+            if (s < cap) {
+                lists[(params.row_base + r0 + i) * cap + s] = vec2<u32>(bitcast<u32>(v[i]), global);
             }
-            if (v < column_bound) {
-                if (slot < cap) {
-                    lists[global * cap + slot] = vec2<u32>(bitcast<u32>(v), params.row_base + r0 + i);
-                }
-                slot += 1u;
+        }
+        if (v[i] < column_bound) {
+            if (slot < cap) {
+                lists[global * cap + slot] = vec2<u32>(bitcast<u32>(v[i]), params.row_base + r0 + i);
             }
+            slot += 1u;
         }
     }
 }
