@@ -130,35 +130,35 @@ def main():
         scaling()
 
 
-def distance_kernel(rows, cols, d, extra=()):
-    """TFLOP/s of `bench --what distance` by its kernel time, or None (the error printed)."""
+def distance_run(rows, cols, d, extra=()):
+    """The JSON line of `bench --what distance` (profiled, best of three), or None (the error printed)."""
     cmd = [KNNG, "bench", "--what", "distance", "--rows", str(rows), "--cols", str(cols), "--d", str(d),
            "--backend", "gpu", "--repeat", "3", "--json", "--profile", *extra]
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         print(f"{' '.join(cmd)} failed: {run.stderr.strip()}", flush=True)
         return None
-    return json.loads(run.stdout.strip().splitlines()[-1])["tflops"]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def distance_kernel(rows, cols, d, extra=()):
+    """TFLOP/s of `bench --what distance` by its kernel time, or None."""
+    r = distance_run(rows, cols, d, extra)
+    return r and r["tflops"]
 
 
 def distance_times(rows, cols, d, extra=()):
-    """(kernel s, filter s or None) of `bench --what distance`, or None (the error printed)."""
-    cmd = [KNNG, "bench", "--what", "distance", "--rows", str(rows), "--cols", str(cols), "--d", str(d),
-           "--backend", "gpu", "--repeat", "3", "--json", "--profile", *extra]
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    if run.returncode != 0:
-        print(f"{' '.join(cmd)} failed: {run.stderr.strip()}", flush=True)
-        return None
-    r = json.loads(run.stdout.strip().splitlines()[-1])
-    return r["gpu_s"], r.get("filter_s")
+    """(kernel s, filter s or None) of `bench --what distance`, or None."""
+    r = distance_run(rows, cols, d, extra)
+    return r and (r["gpu_s"], r.get("filter_s"))
 
 
 def appending():
     """The distance kernel that appends keys under each row's bound and writes no dense tile
     (`--keep`, notes/select.md), in every form (subgroup scans; workgroup counters, which
-    `--no-subgroups` selects; two-sided, which also appends to the column rows' lists),
-    against the dense kernel and cuBLAS, in the kNN shape: 8192 query rows, and 3072 (a query
-    tile of n=65536 k=1000)."""
+    `--no-subgroups` selects; two-sided, which also appends to the column rows' lists; and the
+    plain kernel followed by the two-sided filter kernel, `--filter`), against the dense kernel
+    and cuBLAS, in the kNN shape: 8192 query rows, and 3072 (a query tile of n=65536 k=1000)."""
     line, _ = torch("gemm", "--n", 8192)
     cublas = float(re.search(r"([0-9.]+) TFLOP/s", line).group(1))
     for rows in (8192, 3072):
