@@ -24,8 +24,9 @@ struct Params {
     groups_x: u32,
 }
 
-const STRIP: u32 = 64u;
-const WIDTH: u32 = 128u;
+// STRIP (rows a workgroup takes) and WIDTH (its columns and invocations) are constants the
+// module is built with (`shaders::filter_two_sided`, from `FILTER_STRIP` in src/gpu/mod.rs,
+// which the host's dispatch sizes use too).
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> block: array<f32>;
@@ -70,16 +71,16 @@ fn filter_block(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id
     // The strip's keys of this column, +inf past the block; indexed by constants only (the
     // loops are unrolled when the module is built), so they stay in registers.
     var v: array<f32, STRIP>;
-    // unroll(i, 64u)
-    for (var i = 0u; i < 64u; i++) {
+    // unroll(i, STRIP)
+    for (var i = 0u; i < STRIP; i++) {
         v[i] = bitcast<f32>(0x7f800000u);
         if (inside && i < rows) {
             v[i] = block[first + i * params.stride];
         }
     }
     var kept = 0u;
-    // unroll(i, 64u)
-    for (var i = 0u; i < 64u; i++) {
+    // unroll(i, STRIP)
+    for (var i = 0u; i < STRIP; i++) {
         kept += select(0u, 1u, v[i] < column_bound);
         if (v[i] < row_bound[i]) {
             atomicAdd(&row_kept[i], 1u);
@@ -99,8 +100,8 @@ fn filter_block(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id
     workgroupBarrier();
 
     let cap = params.cap;
-    // unroll(i, 64u)
-    for (var i = 0u; i < 64u; i++) {
+    // unroll(i, STRIP)
+    for (var i = 0u; i < STRIP; i++) {
         if (v[i] < row_bound[i]) {
             let s = atomicAdd(&row_kept[i], 1u);
             if (s < cap) {

@@ -158,7 +158,8 @@ struct FilterParams {
     groups_x: u32,
 }
 
-/// Rows and columns of the block one workgroup of filter_two_sided.wgsl takes.
+/// Rows and columns of the block one workgroup of filter_two_sided.wgsl takes (one invocation
+/// a column; the module is built with them, `shaders::filter_two_sided`).
 const FILTER_STRIP: (usize, usize) = (64, 128);
 
 /// `Params` of select.wgsl.

@@ -100,9 +100,12 @@ pub fn distance_appending(depth: u32, form: AppendForm) -> String {
     unroll(&format!("{gemm}\n{PLAIN_TILES}\n{DISTANCE_APPEND}\n{form}"), &[("BK", depth)])
 }
 
-/// The two-sided filter of a dense block, its marked loops unrolled.
+/// The two-sided filter of a dense block, with its strip's shape as constants and its marked
+/// loops unrolled.
 pub fn filter_two_sided() -> String {
-    unroll(FILTER_TWO_SIDED, &[])
+    let (rows, cols) = super::FILTER_STRIP;
+    let source = format!("const STRIP: u32 = {rows}u;\nconst WIDTH: u32 = {cols}u;\n{FILTER_TWO_SIDED}");
+    unroll(&source, &[("STRIP", rows as u32)])
 }
 
 /// Loads of each row in flight per invocation and step in refine_vec4.wgsl (`DEPTH`).
