@@ -47,6 +47,21 @@ pub(crate) struct TilePlan {
     /// A graph in symmetric blocks ([`plan_symmetric`]): every row's running list, bound and
     /// shortlist stay on the GPU for the whole sweep.
     pub symmetric: bool,
+    /// A graph swept over the upper triangle under bounds from a sample ([`plan_bounded`]):
+    /// every row's bound and list (of `shortlist_cap` pairs) stay on the GPU for the whole
+    /// sweep.
+    pub bounded: Option<BoundedSweep>,
+}
+
+/// How a bounded sweep ([`plan_bounded`]) bounds its rows: each row's key of rank `rank`
+/// among every `sample_step`-th corpus row (`sample_rows` of them). About `rank *
+/// sample_step` rows fall under that bound, a few standard deviations more than the row's
+/// kc candidates, and under the list's length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BoundedSweep {
+    pub sample_rows: usize,
+    pub sample_step: usize,
+    pub rank: usize,
 }
 
 /// Query tiles and column tiles of a symmetric sweep start at multiples of this many rows, so
@@ -190,7 +205,16 @@ fn plan_tiles_within(
             dev.budget, dev.max_binding
         )));
     }
-    Ok(TilePlan { query_rows, column_tile, dist_stride, scratch_stride, shortlist_cap, read_backs, symmetric: false })
+    Ok(TilePlan {
+        query_rows,
+        column_tile,
+        dist_stride,
+        scratch_stride,
+        shortlist_cap,
+        read_backs,
+        symmetric: false,
+        bounded: None,
+    })
 }
 
 /// Lists longer than this select every distance tile densely instead of keeping shortlists:
@@ -333,7 +357,122 @@ pub(crate) fn plan_symmetric(
         shortlist_cap,
         read_backs,
         symmetric: true,
+        bounded: None,
     })
+}
+
+/// Rows a bounded sweep's sample aims for: the sample's GEMM is n x 4096 products, about a
+/// sixteenth of the graph's at n=65536.
+const SAMPLE_ROWS: usize = 4096;
+
+/// Standard deviations of a row's count under its bound between kc and the expected count
+/// (a row under kc is searched again), and between the expected count and the list's length
+/// (a row over it too).
+const BOUND_BELOW_SIGMAS: f64 = 4.0;
+const BOUND_ABOVE_SIGMAS: f64 = 5.0;
+
+/// Fewest rows for which a bounded sweep is chosen unless forced: at n=65536 its GEMM is a
+/// fifth of the graph's time that it saves (`notes/select.md`).
+const BOUNDED_MIN_ROWS: usize = 32768;
+
+/// Plans a graph with long lists (kc > [`DENSE_KC`]) as a sweep of the upper triangle under
+/// sampled bounds: each row first gets a bound, its key of rank `rank` among a strided sample
+/// of the corpus; query tile I then computes the dense block of its rows against the corpus
+/// rows from its own first row on (the blocks I <= J, (T + 1) / 2T of the products), and a
+/// filter appends each key under the row's bound to the row's list and, right of the diagonal
+/// block, under the column row's bound to that row's list. Tile I's rows then have every key
+/// under their bound (the columns before I came from earlier tiles), and are selected down to
+/// kc, ranked and read back while later tiles run, as in a plain sweep. A row whose list
+/// holds fewer than kc keys or overflowed is searched again. `None` where it does not fit (a
+/// corpus not resident in one binding, lists for every row over the budget or a binding), or
+/// unless `forced`, where lists are short or the graph small.
+pub(crate) fn plan_bounded(
+    n: usize,
+    d: usize,
+    kc: usize,
+    corpus: CorpusPlan,
+    caps: TileCaps,
+    dev: DeviceBudget,
+    forced: bool,
+) -> Option<TilePlan> {
+    if !forced && (kc <= DENSE_KC || n < BOUNDED_MIN_ROWS) {
+        return None;
+    }
+    if !corpus.resident || corpus.chunk_rows < n {
+        return None;
+    }
+    let bounded = bound_sample(n, kc)?;
+    let list_cap = list_cap(kc, bounded);
+    let dist_stride = n.next_multiple_of(4);
+    // The select reads the sample's keys (its rows' bounds) and each row's list.
+    let scratch_stride = bounded.sample_rows.max(list_cap).max(2 * kc);
+    let row = prepared_row_bytes(d);
+    let per_row_state = 8 * (kc + list_cap) as u64 + 16;
+    let fits = |bytes: u64| bytes <= dev.max_binding;
+    if !fits(n as u64 * 8 * list_cap as u64) {
+        return None;
+    }
+    let sample = bounded.sample_rows as u64 * (row + 4);
+    let free = dev.budget.checked_sub(n as u64 * (row + per_row_state) + sample)?;
+    let plan_with = |read_backs: usize| {
+        let per_query_row = query_row_bytes(dist_stride, scratch_stride, kc, list_cap, read_backs, row, true);
+        let limits = [
+            free / per_query_row,
+            dev.max_binding / (4 * dist_stride as u64),
+            dev.max_binding / (4 * scratch_stride as u64),
+            dev.max_binding / row,
+            MAX_QUERY_ROWS.min(caps.query) as u64,
+        ];
+        let mut rows = limits.into_iter().min().unwrap_or(0) as usize / ALIGN_ROWS * ALIGN_ROWS;
+        while rows > 0 && !fits((n + rows) as u64 * 8 * kc as u64) {
+            rows -= ALIGN_ROWS;
+        }
+        rows
+    };
+    let (read_backs, most) = [3, 2, 1]
+        .into_iter()
+        .map(|read_backs| (read_backs, plan_with(read_backs)))
+        .find(|&(_, rows)| rows >= plan_with(1) - plan_with(1) / 4 && rows > 0)?;
+    // Tiles of equal size, at most BOUNDED_TILE rows: the diagonal blocks, computed whole,
+    // grow with the tile, and every tile's answers cross to the host behind the next one.
+    let wanted = most.min(BOUNDED_TILE);
+    let query_rows = n.div_ceil(n.div_ceil(wanted)).next_multiple_of(ALIGN_ROWS);
+    (query_rows > 0 && query_rows <= most).then_some(TilePlan {
+        query_rows,
+        column_tile: n,
+        dist_stride,
+        scratch_stride,
+        shortlist_cap: list_cap,
+        read_backs,
+        symmetric: false,
+        bounded: Some(bounded),
+    })
+}
+
+/// Largest query tile of a bounded sweep (about the plain sweep's under the 4 GiB default).
+const BOUNDED_TILE: usize = 3072;
+
+/// The sample and the bound's rank for `n` rows and `kc` candidates, or `None` where the
+/// sample would be too small to bound kc (or not smaller than the corpus).
+fn bound_sample(n: usize, kc: usize) -> Option<BoundedSweep> {
+    let sample_step = (n / SAMPLE_ROWS).max(4);
+    // Whole vec4s of keys a row (the dense select's stride).
+    let sample_rows = n / sample_step / 4 * 4;
+    let f = sample_step as f64;
+    // Rank r whose expected count r f is BOUND_BELOW_SIGMAS deviations (f sqrt r) above kc.
+    let z = BOUND_BELOW_SIGMAS;
+    let root = (z + (z * z + 4.0 * kc as f64 / f).sqrt()) / 2.0;
+    let rank = (root * root).ceil() as usize;
+    (rank * 2 <= sample_rows).then_some(BoundedSweep { sample_rows, sample_step, rank })
+}
+
+/// Pairs a row's list holds in a bounded sweep: BOUND_ABOVE_SIGMAS deviations above the
+/// expected count, in whole blocks of 64 (so that lists start at 256-byte offsets).
+fn list_cap(kc: usize, b: BoundedSweep) -> usize {
+    let f = b.sample_step as f64;
+    let r = b.rank as f64;
+    let expected = f * (r + BOUND_ABOVE_SIGMAS * r.sqrt());
+    (expected.ceil() as usize).max(kc + 64).next_multiple_of(64)
 }
 
 #[cfg(test)]
@@ -463,6 +602,43 @@ mod tests {
         assert!(forced(1000, 32, 26, h100).is_none());
         assert!(forced(65536, 128, 1250, DeviceBudget { max_binding: 2 << 30, budget: 1 << 30 }).is_none());
         assert!(forced(10_000_000, 128, 26, LAVAPIPE).is_none());
+    }
+
+    #[test]
+    fn bounded_sweeps_bound_kc_and_fit_the_budget() {
+        let default = DeviceBudget { max_binding: 2 << 30, budget: 4 << 30 };
+        let bounded = |n: usize, d: usize, kc: usize, dev: DeviceBudget, forced: bool| {
+            plan_bounded(n, d, kc, plan_corpus(n, d, dev).unwrap(), TileCaps::default(), dev, forced)
+        };
+        let t = bounded(65536, 128, 1024, default, false).expect("n=65536 k=1000 is swept under bounds");
+        let b = t.bounded.unwrap();
+        assert_eq!((b.sample_rows, b.sample_step), (4096, 16));
+        // kc lies four deviations under the expected count, the list's length five above it.
+        let (expected, deviation) = ((b.rank * 16) as f64, 16.0 * (b.rank as f64).sqrt());
+        assert!(expected - 4.0 * deviation >= 1024.0 && expected - 4.0 * deviation < 1024.0 + deviation);
+        assert!(t.shortlist_cap as f64 >= expected + 5.0 * deviation && t.shortlist_cap.is_multiple_of(64));
+        assert!(t.query_rows.is_multiple_of(ALIGN_ROWS) && t.query_rows <= BOUNDED_TILE);
+        let per_query_row = query_row_bytes(
+            t.dist_stride,
+            t.scratch_stride,
+            1024,
+            t.shortlist_cap,
+            t.read_backs,
+            prepared_row_bytes(128),
+            true,
+        );
+        let state = 65536 * (8 * (1024 + t.shortlist_cap) as u64 + 16);
+        assert!(65536 * prepared_row_bytes(128) + state + t.query_rows as u64 * per_query_row <= default.budget);
+        assert!(65536 * t.shortlist_cap as u64 * 8 <= default.max_binding);
+        assert!(t.scratch_stride >= b.sample_rows.max(t.shortlist_cap) && t.dist_stride >= 65536);
+        // Short lists and small graphs keep the other sweeps unless forced; forced, a graph
+        // too small to sample, a streamed corpus or lists over a binding get none.
+        assert!(bounded(65536, 128, 26, default, false).is_none());
+        assert!(bounded(16384, 128, 1024, default, false).is_none());
+        assert!(bounded(3000, 24, 125, default, true).is_some());
+        assert!(bounded(200, 24, 125, default, true).is_none());
+        assert!(bounded(10_000_000, 128, 1024, LAVAPIPE, true).is_none());
+        assert!(bounded(65536, 128, 1024, DeviceBudget { max_binding: 128 << 20, budget: 1 << 30 }, true).is_none());
     }
 
     #[test]

@@ -39,6 +39,8 @@ pub(crate) struct Candidates {
     pub buffers_allocated: bool,
     /// Whether the graph was swept in symmetric blocks (every distance computed once).
     pub symmetric: bool,
+    /// Whether the graph was swept over the upper triangle under sampled bounds (long lists).
+    pub bounded: bool,
     /// Whether pairs listed by both their rows had their exact key computed once.
     pub shared_keys: bool,
     /// Rows whose ranked answers the next query tile's distance kernel published to the host.

@@ -84,6 +84,12 @@ pub struct Options {
     /// blocks of 1024 rows a thread), `Some` forces it on or off.
     #[doc(hidden)]
     pub symmetric_graphs: Option<bool>,
+    /// Whether graphs with long candidate lists (k above about 200) are swept on the GPU over
+    /// the upper triangle of the distance matrix under bounds from a sample of the rows (each
+    /// distance computed once): `None` lets the planner decide, `Some` forces it on (wherever
+    /// it fits) or off.
+    #[doc(hidden)]
+    pub bounded_sweeps: Option<bool>,
     /// Depth of the distance kernel's workgroup tiles: 4, 8, 16 (default) or 32. For tuning.
     #[doc(hidden)]
     pub distance_tile_depth: Option<u32>,
@@ -103,6 +109,7 @@ impl std::fmt::Debug for Options {
             .field("max_column_tile", &self.max_column_tile)
             .field("max_query_tile", &self.max_query_tile)
             .field("symmetric_graphs", &self.symmetric_graphs)
+            .field("bounded_sweeps", &self.bounded_sweeps)
             .field("distance_tile_depth", &self.distance_tile_depth)
             .finish()
     }
@@ -136,6 +143,10 @@ pub struct RunStats {
     /// Rows of graphs swept in symmetric blocks (each distance computed once, for both rows
     /// of the pair), summed over rounds.
     pub rows_in_symmetric_blocks: usize,
+    /// Rows of graphs swept over the upper triangle under sampled bounds (long lists; each
+    /// distance computed once), summed over rounds. Rows whose list came out short or
+    /// overflowed are searched again and counted in `rows_overflowed` too.
+    pub rows_in_bounded_sweeps: usize,
     /// Query rows whose ranked answers reached the host during the next query tile's distance
     /// kernel (which copies them while it computes) rather than in a copy after their
     /// ranking, summed over rounds.
@@ -389,6 +400,9 @@ impl Knn {
             stats.tile_buffer_allocations += cands.buffers_allocated as usize;
             if cands.symmetric {
                 stats.rows_in_symmetric_blocks += pending.len();
+            }
+            if cands.bounded {
+                stats.rows_in_bounded_sweeps += pending.len();
             }
             if cands.shared_keys {
                 stats.rows_sharing_keys += pending.len();

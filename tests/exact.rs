@@ -8,7 +8,7 @@
 mod common;
 
 use common::{
-    cases, check, large_corpus_cases, larger_cases, long_list_cases, published_cases, same_shape_cases,
+    bounded_cases, cases, check, large_corpus_cases, larger_cases, long_list_cases, published_cases, same_shape_cases,
     symmetric_cases, Case,
 };
 use knng::{Backend, Knn, Metric, Options};
@@ -311,6 +311,65 @@ fn cpu_backend_symmetric_graphs() {
         }
     }
     assert!(swept >= 4, "only {swept} graphs had more than one symmetric block");
+}
+
+/// Graphs swept over the upper triangle under sampled bounds (long lists' sweep, forced here
+/// for short lists too): query tiles of 256 rows, so that later rows' lists take keys from
+/// several earlier tiles' blocks. Rows whose list came out short or overflowed (the late
+/// cluster's, whose sampled bounds are far too wide) must be searched again, not answered.
+fn run_bounded(no_subgroups: bool) {
+    let Some(knn) = gpu_engine(Options {
+        backend: Backend::Gpu,
+        adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+        no_subgroups,
+        memory_budget: Some(BOUNDED_BUDGET),
+        max_query_tile: Some(256),
+        bounded_sweeps: Some(true),
+        ..Options::default()
+    }) else {
+        return;
+    };
+    // The sweep ranks on the GPU: without f64 the plain sweep answers.
+    let ranks = knn.description().contains("f64 re-ranking");
+    let (mut swept, mut searched_again) = (0, 0);
+    let graphs =
+        (symmetric_cases().into_iter().chain(long_list_cases()).chain(bounded_cases())).filter(|c| c.queries.is_none());
+    for case in graphs {
+        let label = format!("[{}] {}", knn.description(), case.name);
+        let got = knn.graph(case.corpus.view(), case.k, case.metric).unwrap_or_else(|e| panic!("{label}: {e}"));
+        check(&label, &case.corpus, &case.corpus, case.k, case.metric, true, &got);
+        let stats = knn.last_run();
+        eprintln!("{label}: {stats:?}");
+        if stats.rows_in_bounded_sweeps > 0 {
+            assert!(stats.rows_in_bounded_sweeps >= case.corpus.rows(), "{label}: not every row was swept");
+            swept += 1;
+            if case.name.contains("every 4th skips") {
+                assert!(stats.rows_overflowed >= 400, "{label}: the cluster's lists did not overflow");
+                searched_again += 1;
+            }
+        }
+        if !case.name.contains("f32's range") {
+            assert_eq!(stats.rows_brute_forced, 0, "{label}: the backend failed to select rows");
+        }
+    }
+    if ranks {
+        assert!(swept >= 8, "only {swept} graphs were swept under sampled bounds");
+        assert_eq!(searched_again, 1, "the graph whose lists overflow was not swept");
+    } else {
+        assert_eq!(swept, 0, "swept under sampled bounds without ranking on the GPU");
+    }
+}
+
+const BOUNDED_BUDGET: u64 = 256 << 20;
+
+#[test]
+fn gpu_subgroup_select_bounded_sweeps() {
+    run_bounded(false);
+}
+
+#[test]
+fn gpu_workgroup_select_bounded_sweeps() {
+    run_bounded(true);
 }
 
 #[test]

@@ -298,6 +298,7 @@ fn candidates_of(kc: usize, keys: Vec<f32>, ids: Vec<u32>, symmetric: bool) -> C
         buffers_allocated: false,
         published: 0,
         symmetric,
+        bounded: false,
         shared_keys: false,
         exact: None,
         ranked: None,

@@ -158,6 +158,31 @@ struct FilterParams {
     groups_x: u32,
 }
 
+/// `Params` of gather_rows.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct GatherParams {
+    rows: u32,
+    dim4: u32,
+    first: u32,
+    step: u32,
+    groups_x: u32,
+    _pad: [u32; 3],
+}
+
+/// `Params` of bounded_lists.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct ListParams {
+    rows: u32,
+    cap: u32,
+    need: u32,
+    row_base: u32,
+    id_base: u32,
+    groups_x: u32,
+    _pad: [u32; 2],
+}
+
 /// Rows and columns of the block one workgroup of filter_two_sided.wgsl takes (one invocation
 /// a column; the module is built with them, `shaders::filter_two_sided`).
 const FILTER_STRIP: (usize, usize) = (64, 128);
@@ -278,6 +303,16 @@ struct Kernel {
     layout: wgpu::BindGroupLayout,
 }
 
+/// The kernels only bounded sweeps use (`plan::plan_bounded`).
+struct BoundedKernels {
+    /// Every step-th prepared row into the sample (`gather_rows.wgsl`).
+    gather: Kernel,
+    /// A tile's lists as dense rows of keys (`list_keys` in `bounded_lists.wgsl`).
+    list_keys: Kernel,
+    /// The select's positions as corpus indices (`list_ids`, same bindings).
+    list_ids: wgpu::ComputePipeline,
+}
+
 pub(crate) struct GpuEngine {
     ctx: Context,
     norms: Kernel,
@@ -293,6 +328,8 @@ pub(crate) struct GpuEngine {
     /// The two-sided filter of dense blocks (`filter_two_sided.wgsl`), built on first use:
     /// only `knng bench --what distance --two-sided --filter` runs it so far.
     filter: std::sync::OnceLock<Kernel>,
+    /// The sample gather and list kernels of bounded sweeps, built on first use.
+    bounded: std::sync::OnceLock<BoundedKernels>,
     /// Depth of the distance kernel's workgroup tiles (`BK`).
     tile_depth: u32,
     select: Kernel,
@@ -309,6 +346,9 @@ pub(crate) struct GpuEngine {
     tile_caps: plan::TileCaps,
     /// Symmetric blocks for graphs: forced on or off, or `None` for the planner's choice.
     symmetric_graphs: Option<bool>,
+    /// Graphs with long lists swept under sampled bounds (`plan::plan_bounded`): `Some(true)`
+    /// wherever it fits, `Some(false)` never, `None` where the planner expects it to pay.
+    bounded_sweeps: Option<bool>,
     /// The buffers of the last round of candidates, kept for the next call of the same shape
     /// (as FAISS and PyTorch keep temporary memory): creating and first touching a few GiB
     /// costs more than a small graph's whole computation. A later round, or a call whose
@@ -567,6 +607,7 @@ impl GpuEngine {
             distance_publish,
             distance_appending: Default::default(),
             filter: Default::default(),
+            bounded: Default::default(),
             tile_depth: depth,
             select,
             merge_per_subgroup,
@@ -575,6 +616,7 @@ impl GpuEngine {
             profiler,
             max_groups,
             symmetric_graphs: options.symmetric_graphs,
+            bounded_sweeps: options.bounded_sweeps,
             tile_caps: plan::TileCaps {
                 column: options.max_column_tile.unwrap_or(usize::MAX).max(1),
                 query: options.max_query_tile.unwrap_or(usize::MAX).max(1),
@@ -618,6 +660,26 @@ impl GpuEngine {
             kernel(&self.ctx, "filter", &module, "filter_block", &[RO, RO, RW, RW], &[])
         })?;
         Ok(self.filter.get_or_init(|| built))
+    }
+
+    /// The kernels of bounded sweeps (`gather_rows.wgsl`, `bounded_lists.wgsl`), built on
+    /// first use.
+    fn bounded_kernels(&self) -> Result<&BoundedKernels> {
+        if let Some(built) = self.bounded.get() {
+            return Ok(built);
+        }
+        let built = self.ctx.allocating(|| {
+            let gather = shader_module(&self.ctx, "gather rows", shaders::GATHER_ROWS, Checks::EndingLoops);
+            let lists = shader_module(&self.ctx, "bounded lists", shaders::BOUNDED_LISTS, Checks::EndingLoops);
+            let list_keys = kernel(&self.ctx, "list keys", &lists, "list_keys", &[RO, RO, RW, RW, RW], &[]);
+            let list_ids = pipeline(&self.ctx, "list ids", &list_keys.layout, &lists, "list_ids", &[]);
+            BoundedKernels {
+                gather: kernel(&self.ctx, "gather rows", &gather, "gather_rows", &[RO, RO, RW, RW], &[]),
+                list_keys,
+                list_ids,
+            }
+        })?;
+        Ok(self.bounded.get_or_init(|| built))
     }
 
     /// Whether the distance kernel can publish ranked answers (`distance_publish.wgsl`).
@@ -734,6 +796,12 @@ enum Step {
     },
     /// The two-sided filter of a dense block (`filter_two_sided.wgsl`).
     Filter,
+    /// A bounded sweep's sample rows gathered (`gather_rows.wgsl`).
+    GatherRows,
+    /// A bounded sweep's lists laid out for the select, and its positions turned into
+    /// indices (`bounded_lists.wgsl`).
+    ListKeys,
+    ListIds,
     SelectRows,
     /// A merge by one subgroup per row (`select_rows_per_subgroup`), for short lists where
     /// the adapter has subgroups.
@@ -809,8 +877,12 @@ pub struct GpuTimes {
     pub distance: f64,
     /// Selection of each tile's candidates (`select_rows` on distance tiles).
     pub select: f64,
-    /// The two-sided filter of dense blocks (`filter_two_sided.wgsl`; benchmarks only so far).
+    /// The two-sided filter of dense blocks (`filter_two_sided.wgsl`): bounded sweeps, and
+    /// `knng bench --what distance --filter`.
     pub filter: f64,
+    /// A bounded sweep's lists laid out for the select and its positions turned into indices,
+    /// and its sample gathered (`bounded_lists.wgsl`, `gather_rows.wgsl`).
+    pub lists: f64,
     /// Merging each tile's candidates into the running lists.
     pub merge: f64,
     /// Exact float64 keys of the final candidates (`refine.wgsl`); adapters with SHADER_F64.
@@ -843,6 +915,7 @@ impl GpuTimes {
             Step::Distance | Step::DistancePublishing | Step::DistanceAppending { .. } => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
             Step::Filter => self.filter += seconds,
+            Step::GatherRows | Step::ListKeys | Step::ListIds => self.lists += seconds,
             Step::Merge | Step::MergeWide => self.merge += seconds,
             Step::Refine
             | Step::RefineGrouped
@@ -906,6 +979,14 @@ impl GpuEngine {
                         .get()
                         .expect("built (`appending_pipeline`) before it is planned"),
                     Step::Filter => &self.filter.get().expect("built (`filter_kernel`) before it is planned").pipeline,
+                    Step::GatherRows | Step::ListKeys | Step::ListIds => {
+                        let built = self.bounded.get().expect("built (`bounded_kernels`) before it is planned");
+                        match job.step {
+                            Step::GatherRows => &built.gather.pipeline,
+                            Step::ListKeys => &built.list_keys.pipeline,
+                            _ => &built.list_ids,
+                        }
+                    }
                     Step::SelectRows => &self.select.pipeline,
                     Step::Merge => self.merge_per_subgroup.as_ref().expect("only planned with subgroups"),
                     Step::MergeWide => &self.select.pipeline,

@@ -1,6 +1,8 @@
 //! A corpus on the GPU and the candidate search against it: query tiles, distance tiles,
 //! selection, merges, exact keys and certificates, and the buffers they reuse.
 
+mod bounded;
+
 use std::collections::VecDeque;
 
 use rayon::prelude::*;
@@ -200,7 +202,7 @@ pub(super) struct TileKey {
 impl TileKey {
     /// Rows of the per-row state: the query tile's, or every corpus row's in a symmetric sweep.
     fn state_rows(&self) -> usize {
-        if self.tiles.symmetric {
+        if self.tiles.symmetric || self.tiles.bounded.is_some() {
             self.corpus.0
         } else {
             self.tiles.query_rows
@@ -321,7 +323,12 @@ impl TileSizes {
         let state_rows = key.state_rows();
         // Parameter slots per distance tile: distance, select, merge, and the merges of the
         // column rows' shortlists (a query tile's rows at a time).
-        let slots_per_tile = 3 + if tiles.symmetric { tiles.column_tile.div_ceil(q) } else { 0 };
+        let slots_per_tile = match (tiles.symmetric, tiles.bounded) {
+            (true, _) => 3 + tiles.column_tile.div_ceil(q),
+            // Distance, filter, list keys, select, list ids.
+            (false, Some(_)) => 5,
+            (false, None) => 3,
+        };
         let certify = certify_k.map(|k| CertifySizes {
             error_bounds: (q * 8) as u64,
             answers: CertifyLayout::new(q, k).flags_at,
@@ -507,6 +514,9 @@ struct QueryTile {
     from_corpus: bool,
     /// Part of a symmetric sweep (`TilePlan::symmetric`).
     symmetric: bool,
+    /// Part of a bounded sweep (`TilePlan::bounded`): per-row arrays hold every row, as in a
+    /// symmetric sweep.
+    bounded: bool,
 }
 
 impl CorpusSession<'_> {
@@ -593,17 +603,25 @@ impl CorpusSession<'_> {
         // A graph's queries are the resident corpus rows: copied on the GPU, not uploaded and
         // prepared again; and where all rows' state fits, swept in symmetric blocks.
         let from_corpus = self.plan.resident && queries_are_corpus;
+        let gpu_exact = self.raw_corpus.is_some();
+        // Ranking on the GPU needs its exact keys.
+        let certify = certify.filter(|_| gpu_exact && gpu.certify.is_some());
         let forced = gpu.symmetric_graphs == Some(true);
         let symmetric = (from_corpus && gpu.symmetric_graphs != Some(false))
             .then(|| plan::plan_symmetric(nq, d, kc, self.plan, gpu.tile_caps, gpu.budget(), forced))
             .flatten();
+        // A bounded sweep's rows are finished tile by tile on the GPU, ranked there.
+        let bounded_forced = gpu.bounded_sweeps == Some(true);
+        let wanted = bounded_forced || (symmetric.is_none() && gpu.bounded_sweeps != Some(false));
+        let bounded = (from_corpus && certify.is_some() && wanted)
+            .then(|| plan::plan_bounded(nq, d, kc, self.plan, gpu.tile_caps, gpu.budget(), bounded_forced))
+            .flatten();
         let plan_with =
             |caps: plan::TileCaps| plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), caps, gpu.budget());
-        let tiles = match symmetric {
-            Some(tiles) => tiles,
-            None => plan_with(gpu.tile_caps)?,
+        let tiles = match (bounded, symmetric) {
+            (Some(tiles), _) | (None, Some(tiles)) => tiles,
+            (None, None) => plan_with(gpu.tile_caps)?,
         };
-        let gpu_exact = self.raw_corpus.is_some();
         // The one-invocation kernel of rows under GROUPED_ROWS sums its own norms.
         if gpu_exact && self.metric == Metric::Cosine && gpu.refine.is_some() && d >= GROUPED_ROWS {
             let corpus_norms = match self.exact_norms.take() {
@@ -618,8 +636,6 @@ impl CorpusSession<'_> {
             self.exact_norms = Some((corpus_norms, query_norms));
         }
         let started = std::time::Instant::now();
-        // Ranking on the GPU needs its exact keys.
-        let certify = certify.filter(|_| gpu_exact && gpu.certify.is_some());
         let certify_k = certify.map(|c| c.k);
         let key_of = |tiles: TilePlan| {
             let column_tiles = if self.plan.resident {
@@ -643,7 +659,7 @@ impl CorpusSession<'_> {
                 let mut query_rows = tiles.query_rows;
                 let fewest = query_rows.min(MIN_REUSED_QUERY_ROWS);
                 let mut within = earlier.sizes.hold(&TileSizes::of(d, &key)).then_some(key);
-                while within.is_none() && !tiles.symmetric && query_rows >= fewest {
+                while within.is_none() && !tiles.symmetric && tiles.bounded.is_none() && query_rows >= fewest {
                     let Ok(capped) = plan_with(plan::TileCaps { query: query_rows, ..gpu.tile_caps }) else {
                         break;
                     };
@@ -688,11 +704,12 @@ impl CorpusSession<'_> {
             keys: zeroed_answers(lists),
             ids: zeroed_answers(lists),
             failed: vec![false; nq],
-            incomplete: if tiles.symmetric { vec![false; nq] } else { Vec::new() },
+            incomplete: if tiles.symmetric || tiles.bounded.is_some() { vec![false; nq] } else { Vec::new() },
             shortlisted: 0,
             buffers_allocated: !reused,
             published: 0,
             symmetric: tiles.symmetric,
+            bounded: tiles.bounded.is_some(),
             shared_keys: buffers.shared_keys,
             ranked: certify.map(|c| BackendRanked {
                 k: c.k,
@@ -706,7 +723,13 @@ impl CorpusSession<'_> {
         }
         let query_tiles: Vec<QueryTile> = (0..nq)
             .step_by(q)
-            .map(|q0| QueryTile { q0, rows: q.min(nq - q0), from_corpus, symmetric: tiles.symmetric })
+            .map(|q0| QueryTile {
+                q0,
+                rows: q.min(nq - q0),
+                from_corpus,
+                symmetric: tiles.symmetric,
+                bounded: tiles.bounded.is_some(),
+            })
             .collect();
         if tiles.symmetric {
             // Every row's list takes keys from later tiles too: all tiles are swept before
@@ -722,6 +745,11 @@ impl CorpusSession<'_> {
             if buffers.shared_keys {
                 self.sort_lists_by_index(kc, &buffers)?;
             }
+        }
+        if tiles.bounded.is_some() {
+            // Every row's bound and empty list before the first tile appends to later rows.
+            self.reset_rows(&buffers, exclude)?;
+            self.sample_bounds(tiles, kc, &buffers)?;
         }
         // What finishing a tile reports: its last row, or in a symmetric sweep the rest.
         let finished = |done: usize| match tiles.symmetric {
@@ -806,7 +834,10 @@ impl CorpusSession<'_> {
                     // tile meanwhile; it publishes the tile before, whose mapping then follows.
                     let unpublished = unread.back().filter(|(_, _, mapping)| mapping.is_none());
                     let publish = unpublished.map(|&(before, _, _)| &buffers.staging[before % slots]);
-                    let index = self.sweep(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers, publish)?;
+                    let index = match tiles.bounded {
+                        Some(_) => self.sweep_bounded(tile, kc, tiles, &buffers, publish)?,
+                        None => self.sweep(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers, publish)?,
+                    };
                     if let Some((before, _, mapping @ None)) = unread.back_mut() {
                         *mapping = Some(Mapping::request(&buffers.staging[*before % slots], Some(index)));
                     }
@@ -893,7 +924,7 @@ impl CorpusSession<'_> {
         let gpu = self.gpu;
         let device = &gpu.ctx.device;
         let d = queries.cols();
-        let QueryTile { q0, rows, from_corpus, symmetric } = tile;
+        let QueryTile { q0, rows, from_corpus, symmetric, .. } = tile;
         let base = if symmetric { q0 } else { 0 };
         let cap = tiles.shortlist_cap;
         if !symmetric {
@@ -1155,8 +1186,8 @@ impl CorpusSession<'_> {
         let gpu = self.gpu;
         let device = &gpu.ctx.device;
         let d = self.corpus.cols();
-        let QueryTile { q0, rows, from_corpus, symmetric } = tile;
-        let base = if symmetric { q0 } else { 0 } as u64;
+        let QueryTile { q0, rows, from_corpus, symmetric, bounded } = tile;
+        let base = if symmetric || bounded { q0 } else { 0 } as u64;
         let lists_at = base * kc as u64 * 8;
         let mutual = b.shared_keys;
         if let (Some((keys, _)), Some(raw_corpus), Some(refine)) = (&b.exact, &self.raw_corpus, &gpu.refine) {

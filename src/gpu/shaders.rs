@@ -19,6 +19,10 @@ const DISTANCE_APPEND_WORKGROUP: &str = include_str!("../../shaders/distance_app
 const DISTANCE_APPEND_TWO_SIDED: &str = include_str!("../../shaders/distance_append_two_sided.wgsl");
 /// The two-sided filter of a dense block, a kernel of its own (`shaders/filter_two_sided.wgsl`).
 const FILTER_TWO_SIDED: &str = include_str!("../../shaders/filter_two_sided.wgsl");
+/// A bounded sweep's sample rows, gathered from the prepared corpus (`shaders/gather_rows.wgsl`).
+pub const GATHER_ROWS: &str = include_str!("../../shaders/gather_rows.wgsl");
+/// A bounded sweep's lists as dense rows for the select, and back (`shaders/bounded_lists.wgsl`).
+pub const BOUNDED_LISTS: &str = include_str!("../../shaders/bounded_lists.wgsl");
 /// Quick multi-select, without its entry point (`shaders/select.wgsl`).
 const SELECT: &str = include_str!("../../shaders/select.wgsl");
 /// Ballot helpers and the `select_rows` entry point with subgroups (`shaders/select_entry_subgroup.wgsl`).
@@ -185,6 +189,8 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("distance_appending_workgroup", distance_appending(super::TILE_K, AppendForm::Workgroup), false, false),
         m("distance_appending_two_sided", distance_appending(super::TILE_K, AppendForm::TwoSided), false, false),
         m("filter_two_sided", filter_two_sided(), false, false),
+        m("gather_rows", GATHER_ROWS.to_string(), false, false),
+        m("bounded_lists", BOUNDED_LISTS.to_string(), false, false),
         m("select_subgroup", select(true), true, false),
         m("select_workgroup", select(false), false, false),
         m("refine_scalar", refine(false), false, true),

@@ -533,3 +533,23 @@ fn sampled_positions_near(n: usize) -> Matrix {
         .collect();
     Matrix::new(data, n, 1).unwrap()
 }
+
+/// Graphs whose sampled bounds (a bounded sweep samples every 4th row from row 2 at these
+/// sizes) miss what matters: a tight cluster on every row the sample skips, so that its rows'
+/// bounds, set by spread rows far away, take the whole cluster and overflow their lists.
+pub fn bounded_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(17);
+    let rows: Vec<Vec<f32>> = (0..1600)
+        .map(|i| match i % 4 {
+            0 => (0..4).map(|_| 5.0 + rng.random_range(0.0..0.01f32)).collect(),
+            _ => (0..4).map(|_| rng.random_range(-50.0..50.0f32)).collect(),
+        })
+        .collect();
+    vec![Case {
+        name: "euclidean: graph n=1600 d=4 k=10, a cluster on the rows a sample of every 4th skips".into(),
+        corpus: Matrix::from_rows(&rows).unwrap(),
+        queries: None,
+        k: 10,
+        metric: Metric::Euclidean,
+    }]
+}

@@ -39,6 +39,7 @@ impl EngineArgs {
             profile,
             distance_tile_depth: self.tile_depth,
             symmetric_graphs: self.symmetric,
+            bounded_sweeps: self.bounded_sweep,
             max_query_tile: self.query_tile.map(|rows| rows as usize),
             ..Options::default()
         };

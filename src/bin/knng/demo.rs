@@ -125,7 +125,7 @@ pub fn bench(a: BenchArgs) -> Outcome {
             "{{\"what\":\"{what}\",\"n\":{n},\"queries\":{nq},\"d\":{d},\"k\":{k},\"metric\":\"{metric}\",\
              \"backend\":{},\"init_s\":{init:.6},\"seconds\":{best:.6},\"repeat\":{},\"rows_per_s\":{:.1},\
              \"gflops\":{gflops:.3},\"rounds\":{},\"rows_widened\":{},\"rows_brute_forced\":{},\
-             \"rows_in_symmetric_blocks\":{},\"rows_overflowed\":{},\"tile_buffer_allocations\":{},\"prepare_s\":{:.6},\"candidates_s\":{:.6},\"refine_s\":{:.6},\"gpu\":{}}}",
+             \"rows_in_symmetric_blocks\":{},\"rows_in_bounded_sweeps\":{},\"rows_overflowed\":{},\"tile_buffer_allocations\":{},\"prepare_s\":{:.6},\"candidates_s\":{:.6},\"refine_s\":{:.6},\"gpu\":{}}}",
             json_string(&knn.description()),
             a.repeat,
             nq as f64 / best,
@@ -133,6 +133,7 @@ pub fn bench(a: BenchArgs) -> Outcome {
             stats.rows_widened,
             stats.rows_brute_forced,
             stats.rows_in_symmetric_blocks,
+            stats.rows_in_bounded_sweeps,
             stats.rows_overflowed,
             stats.tile_buffer_allocations,
             stats.prepare_seconds,
@@ -154,15 +155,20 @@ pub fn bench(a: BenchArgs) -> Outcome {
         ));
         if let Some(g) = stats.gpu {
             // A graph in symmetric blocks computes about half of the n x n products.
-            let computed = if stats.rows_in_symmetric_blocks > 0 { 0.5 } else { 1.0 };
+            let computed = if stats.rows_in_symmetric_blocks + stats.rows_in_bounded_sweeps > 0 { 0.5 } else { 1.0 };
             say(format!(
-                "  gpu kernels: prepare rows {} | distance {} ({:.1} TFLOP/s{}) | select {} | merge {} | exact keys {} | ranking {} | transfers {}",
+                "  gpu kernels: prepare rows {} | distance {} ({:.1} TFLOP/s{}) | select {} | merge {}{} | exact keys {} | ranking {} | transfers {}",
                 seconds(g.prepare_rows),
                 seconds(g.distance),
                 computed * 2.0 * nq as f64 * n as f64 * d as f64 / g.distance.max(1e-12) / 1e12,
-                if computed < 1.0 { ", symmetric blocks" } else { "" },
+                if computed < 1.0 { ", half the products" } else { "" },
                 seconds(g.select),
                 seconds(g.merge),
+                if g.filter + g.lists > 0.0 {
+                    format!(" | filter {} | lists {}", seconds(g.filter), seconds(g.lists))
+                } else {
+                    String::new()
+                },
                 seconds(g.refine),
                 seconds(g.certify),
                 seconds(g.transfers)
@@ -182,11 +188,13 @@ fn gpu_json(g: Option<knng::GpuTimes>) -> String {
     match g {
         None => "null".into(),
         Some(g) => format!(
-            "{{\"prepare_rows_s\":{:.6},\"distance_s\":{:.6},\"select_s\":{:.6},\"merge_s\":{:.6},\"refine_s\":{:.6},\"certify_s\":{:.6},\"transfers_s\":{:.6},\"span_s\":{:.6},\"submitted_s\":{:.6},\"recording_s\":{:.6},\"submit_calls_s\":{:.6},\"allocation_s\":{:.6}}}",
+            "{{\"prepare_rows_s\":{:.6},\"distance_s\":{:.6},\"select_s\":{:.6},\"merge_s\":{:.6},\"filter_s\":{:.6},\"lists_s\":{:.6},\"refine_s\":{:.6},\"certify_s\":{:.6},\"transfers_s\":{:.6},\"span_s\":{:.6},\"submitted_s\":{:.6},\"recording_s\":{:.6},\"submit_calls_s\":{:.6},\"allocation_s\":{:.6}}}",
             g.prepare_rows,
             g.distance,
             g.select,
             g.merge,
+            g.filter,
+            g.lists,
             g.refine,
             g.certify,
             g.transfers,

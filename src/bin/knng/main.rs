@@ -65,6 +65,10 @@ struct EngineArgs {
     /// Graphs in symmetric blocks: on, off, or chosen by the planner (default), for tuning.
     #[arg(long, value_name = "ON|OFF", hide = true, value_parser = on_off)]
     symmetric: Option<bool>,
+    /// Graphs with long lists swept under sampled bounds: on, off, or chosen by the planner
+    /// (default), for tuning.
+    #[arg(long, value_name = "ON|OFF", hide = true, value_parser = on_off)]
+    bounded_sweep: Option<bool>,
     /// Largest query tile in rows (a symmetric sweep's tile count follows), for tuning.
     #[arg(long, value_name = "ROWS", hide = true, value_parser = at_least(1))]
     query_tile: Option<u64>,
