@@ -1,73 +1,151 @@
-// The lists of a bounded sweep (plan::plan_bounded) after their tile: a row's list holds every
-// key under the row's bound, from the filter of its own tile's block (filter_two_sided.wgsl,
-// row side) and of earlier tiles' blocks (column side), in no order and with the list's
-// length counted past its cap. The dense select (select.wgsl) then takes the row's kc best:
-// `list_keys` lays the keys out as a dense row for it, and `list_ids` turns the positions it
-// reports into corpus indices.
+// The short selects of a bounded sweep (plan::plan_bounded), a workgroup a row with the row's
+// keys held in workgroup memory:
+// - mode SAMPLE: each row's key of rank `need` among its keys against the sample (a dense
+//   row in `keys`) becomes the row's bound (`row_state`);
+// - mode LISTS: after its tile, a row's list holds every key under the row's bound, from the
+//   filter of its own tile's block (filter_two_sided.wgsl, row side) and of earlier tiles'
+//   blocks (column side), in no order, its length counted past its cap. Its `need` (kc) best
+//   pairs become the row's candidates. A row with fewer keys than kc under its bound, or
+//   more than its list holds, may miss candidates: flagged (bit 2 of `failed`, as an
+//   overflowed column-side shortlist in a symmetric sweep) and searched again by the host.
 //
-// A row with fewer keys than kc under its bound, or more than its list holds, may miss
-// candidates: flagged (bit 2 of `failed`, as an overflowed column-side shortlist in a
-// symmetric sweep) and searched again by the host.
+// The need-th smallest key is found by bisection over the keys' bits taken as ordered
+// integers: 32 counting passes over workgroup memory, no pass over global memory. The dense
+// select (select.wgsl) does the same work for rows of 65536 keys in a few passes over
+// global memory; for rows of a few thousand its per-row passes and barriers cost more than the
+// keys (65536 lists of 2560 at n=65536 k=1000: notes/select.md).
 
 struct Params {
-    rows: u32,     // rows of the tile
-    cap: u32,      // pairs a list (and keys a dense row)
-    need: u32,     // candidates a row (kc)
-    row_base: u32, // the tile's first row in the per-row arrays
-    id_base: u32,  // what the select added to a position (its col_base)
+    rows: u32,       // rows of the dispatch
+    cap: u32,        // pairs a list (LISTS); keys a row (SAMPLE)
+    need: u32,       // the rank sought: kc (LISTS), the bound's rank (SAMPLE)
+    row_base: u32,   // the dispatch's first row in the per-row arrays
+    mode: u32,
     groups_x: u32,
+    key_stride: u32, // row stride of `keys` (SAMPLE)
 }
 
+// Keys a row may have: the host plans lists and samples no longer (`plan::MAX_SHORT_SELECT`).
+const MAX_LEN: u32 = 4096u;
 const WG: u32 = 256u;
 const NONE: u32 = 0xffffffffu;
 const INF_BITS: u32 = 0x7f800000u;
 const INCOMPLETE: u32 = 4u;
+const SAMPLE: u32 = 0u;
+const LISTS: u32 = 1u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> list_len: array<u32>;
 @group(0) @binding(2) var<storage, read> lists: array<vec2<u32>>;
-// Dense rows of `cap` keys, the tile's rows from 0.
-@group(0) @binding(3) var<storage, read_write> keys: array<f32>;
+@group(0) @binding(3) var<storage, read> keys: array<f32>;
 @group(0) @binding(4) var<storage, read_write> candidates: array<vec2<u32>>;
 @group(0) @binding(5) var<storage, read_write> failed: array<u32>;
+@group(0) @binding(6) var<storage, read_write> row_state: array<vec2<u32>>;
 
-// One workgroup a row: its list's keys, +inf past its length.
+var<workgroup> row_keys: array<u32, MAX_LEN>;
+// Counts of the bisection, two in turn: one is summed while the other is cleared.
+var<workgroup> counts: array<atomic<u32>, 2>;
+var<workgroup> count_seen: u32;
+var<workgroup> row_len: u32;
+var<workgroup> taken_below: atomic<u32>;
+var<workgroup> taken_equal: atomic<u32>;
+
+// f32 bits as integers in the floats' order (negative keys below positive ones).
+fn ordered(bits: u32) -> u32 {
+    return select(bits | 0x80000000u, ~bits, (bits >> 31u) == 1u);
+}
+
+fn unordered(o: u32) -> u32 {
+    return select(~o, o & 0x7fffffffu, (o >> 31u) == 1u);
+}
+
 @compute @workgroup_size(WG)
-fn list_keys(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+fn select_short(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let r = wid.x + wid.y * params.groups_x;
     if (r >= params.rows) {
         return;
     }
     let row = params.row_base + r;
-    let len = list_len[row];
-    let kept = min(len, params.cap);
-    for (var i = lid; i < params.cap; i += WG) {
-        var key = bitcast<f32>(INF_BITS);
-        if (i < kept) {
-            key = bitcast<f32>(lists[row * params.cap + i].x);
+    if (lid == 0u) {
+        row_len = params.cap;
+        if (params.mode == LISTS) {
+            row_len = min(list_len[row], params.cap);
         }
-        keys[r * params.cap + i] = key;
     }
-    if (lid == 0u && (len < params.need || len > params.cap)) {
-        failed[row] = failed[row] | INCOMPLETE;
+    let len = workgroupUniformLoad(&row_len);
+    for (var i = lid; i < len; i += WG) {
+        var bits: u32;
+        if (params.mode == LISTS) {
+            bits = lists[row * params.cap + i].x;
+        } else {
+            bits = bitcast<u32>(keys[r * params.key_stride + i]);
+        }
+        row_keys[i] = ordered(bits);
     }
-}
+    if (lid < 2u) {
+        atomicStore(&counts[lid], 0u);
+    }
+    if (lid == 0u) {
+        atomicStore(&taken_below, 0u);
+        atomicStore(&taken_equal, 0u);
+    }
+    workgroupBarrier();
 
-// One invocation a candidate slot of the tile's rows: the position the select reported,
-// as the corpus index its list holds there (padding and positions past the list: none).
-@compute @workgroup_size(WG)
-fn list_ids(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let t = (wid.x + wid.y * params.groups_x) * WG + lid;
-    if (t >= params.rows * params.need) {
+    // The smallest t with at least `need` keys <= t: the need-th smallest key.
+    let need = min(params.need, len);
+    var lo = 0u;
+    var hi = 0xffffffffu;
+    for (var turn = 0u; turn < 33u; turn++) {
+        if (lo >= hi || need == 0u) {
+            break;
+        }
+        let mid = lo + (hi - lo) / 2u;
+        var c = 0u;
+        for (var i = lid; i < len; i += WG) {
+            c += select(0u, 1u, row_keys[i] <= mid);
+        }
+        atomicAdd(&counts[turn % 2u], c);
+        workgroupBarrier();
+        if (lid == 0u) {
+            count_seen = atomicLoad(&counts[turn % 2u]);
+            atomicStore(&counts[(turn + 1u) % 2u], 0u);
+        }
+        if (workgroupUniformLoad(&count_seen) >= need) {
+            hi = mid;
+        } else {
+            lo = mid + 1u;
+        }
+    }
+    let t = lo;
+
+    if (params.mode == SAMPLE) {
+        if (lid == 0u) {
+            row_state[row].y = unordered(t);
+        }
         return;
     }
-    let row = params.row_base + t / params.need;
-    let slot = row * params.need + t % params.need;
-    let c = candidates[slot];
-    let kept = min(list_len[row], params.cap);
-    var id = NONE;
-    if (c.y != NONE && c.y - params.id_base < kept) {
-        id = lists[row * params.cap + c.y - params.id_base].y;
+    let out = row * params.need;
+    for (var i = lid; i < len; i += WG) {
+        let o = row_keys[i];
+        if (o < t && need > 0u) {
+            let s = atomicAdd(&taken_below, 1u);
+            candidates[out + s] = vec2<u32>(unordered(o), lists[row * params.cap + i].y);
+        }
     }
-    candidates[slot] = select(vec2<u32>(INF_BITS, NONE), vec2<u32>(c.x, id), id != NONE);
+    workgroupBarrier();
+    let below = atomicLoad(&taken_below);
+    for (var i = lid; i < len; i += WG) {
+        if (row_keys[i] == t && need > 0u) {
+            let s = below + atomicAdd(&taken_equal, 1u);
+            if (s < need) {
+                candidates[out + s] = vec2<u32>(unordered(t), lists[row * params.cap + i].y);
+            }
+        }
+    }
+    for (var s = need + lid; s < params.need; s += WG) {
+        candidates[out + s] = vec2<u32>(INF_BITS, NONE);
+    }
+    if (lid == 0u && (list_len[row] < params.need || list_len[row] > params.cap)) {
+        failed[row] = failed[row] | INCOMPLETE;
+    }
 }

@@ -403,9 +403,13 @@ pub(crate) fn plan_bounded(
     }
     let bounded = bound_sample(n, kc)?;
     let list_cap = list_cap(kc, bounded);
+    if list_cap > MAX_SHORT_SELECT {
+        return None;
+    }
     let dist_stride = n.next_multiple_of(4);
-    // The select reads the sample's keys (its rows' bounds) and each row's list.
-    let scratch_stride = bounded.sample_rows.max(list_cap).max(2 * kc);
+    // Its selects hold a row in workgroup memory; the auxiliary arrays only serve a later
+    // round in the same buffers.
+    let scratch_stride = 2 * kc;
     let row = prepared_row_bytes(d);
     let per_row_state = 8 * (kc + list_cap) as u64 + 16;
     let fits = |bytes: u64| bytes <= dev.max_binding;
@@ -449,6 +453,10 @@ pub(crate) fn plan_bounded(
     })
 }
 
+/// Most keys a row of a bounded sweep's selects may hold (`MAX_LEN` in bounded_lists.wgsl,
+/// which holds them in workgroup memory): its sample and its list are no longer.
+pub(crate) const MAX_SHORT_SELECT: usize = 4096;
+
 /// Largest query tile of a bounded sweep (about the plain sweep's under the 4 GiB default).
 const BOUNDED_TILE: usize = 3072;
 
@@ -457,7 +465,7 @@ const BOUNDED_TILE: usize = 3072;
 fn bound_sample(n: usize, kc: usize) -> Option<BoundedSweep> {
     let sample_step = (n / SAMPLE_ROWS).max(4);
     // Whole vec4s of keys a row (the dense select's stride).
-    let sample_rows = n / sample_step / 4 * 4;
+    let sample_rows = (n / sample_step).min(MAX_SHORT_SELECT) / 4 * 4;
     let f = sample_step as f64;
     // Rank r whose expected count r f is BOUND_BELOW_SIGMAS deviations (f sqrt r) above kc.
     let z = BOUND_BELOW_SIGMAS;
@@ -630,7 +638,7 @@ mod tests {
         let state = 65536 * (8 * (1024 + t.shortlist_cap) as u64 + 16);
         assert!(65536 * prepared_row_bytes(128) + state + t.query_rows as u64 * per_query_row <= default.budget);
         assert!(65536 * t.shortlist_cap as u64 * 8 <= default.max_binding);
-        assert!(t.scratch_stride >= b.sample_rows.max(t.shortlist_cap) && t.dist_stride >= 65536);
+        assert!(b.sample_rows.max(t.shortlist_cap) <= MAX_SHORT_SELECT && t.dist_stride >= 65536);
         // Short lists and small graphs keep the other sweeps unless forced; forced, a graph
         // too small to sample, a streamed corpus or lists over a binding get none.
         assert!(bounded(65536, 128, 26, default, false).is_none());

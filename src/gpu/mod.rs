@@ -173,15 +173,22 @@ struct GatherParams {
 /// `Params` of bounded_lists.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct ListParams {
+struct ShortSelectParams {
     rows: u32,
     cap: u32,
     need: u32,
     row_base: u32,
-    id_base: u32,
+    /// [`SHORT_SELECT_SAMPLE`] or [`SHORT_SELECT_LISTS`].
+    mode: u32,
     groups_x: u32,
-    _pad: [u32; 2],
+    key_stride: u32,
+    _pad: u32,
 }
+
+/// bounded_lists.wgsl's modes: each row's bound from its keys against the sample, or each
+/// row's kc best from its list.
+const SHORT_SELECT_SAMPLE: u32 = 0;
+const SHORT_SELECT_LISTS: u32 = 1;
 
 /// Rows and columns of the block one workgroup of filter_two_sided.wgsl takes (one invocation
 /// a column; the module is built with them, `shaders::filter_two_sided`).
@@ -307,10 +314,8 @@ struct Kernel {
 struct BoundedKernels {
     /// Every step-th prepared row into the sample (`gather_rows.wgsl`).
     gather: Kernel,
-    /// A tile's lists as dense rows of keys (`list_keys` in `bounded_lists.wgsl`).
-    list_keys: Kernel,
-    /// The select's positions as corpus indices (`list_ids`, same bindings).
-    list_ids: wgpu::ComputePipeline,
+    /// Bounds from the sample's keys, candidates from the lists (`bounded_lists.wgsl`).
+    short_select: Kernel,
 }
 
 pub(crate) struct GpuEngine {
@@ -670,13 +675,10 @@ impl GpuEngine {
         }
         let built = self.ctx.allocating(|| {
             let gather = shader_module(&self.ctx, "gather rows", shaders::GATHER_ROWS, Checks::EndingLoops);
-            let lists = shader_module(&self.ctx, "bounded lists", shaders::BOUNDED_LISTS, Checks::EndingLoops);
-            let list_keys = kernel(&self.ctx, "list keys", &lists, "list_keys", &[RO, RO, RW, RW, RW], &[]);
-            let list_ids = pipeline(&self.ctx, "list ids", &list_keys.layout, &lists, "list_ids", &[]);
+            let lists = shader_module(&self.ctx, "short select", shaders::BOUNDED_LISTS, Checks::EndingLoops);
             BoundedKernels {
                 gather: kernel(&self.ctx, "gather rows", &gather, "gather_rows", &[RO, RO, RW, RW], &[]),
-                list_keys,
-                list_ids,
+                short_select: kernel(&self.ctx, "short select", &lists, "select_short", &[RO, RO, RO, RW, RW, RW], &[]),
             }
         })?;
         Ok(self.bounded.get_or_init(|| built))
@@ -798,10 +800,9 @@ enum Step {
     Filter,
     /// A bounded sweep's sample rows gathered (`gather_rows.wgsl`).
     GatherRows,
-    /// A bounded sweep's lists laid out for the select, and its positions turned into
-    /// indices (`bounded_lists.wgsl`).
-    ListKeys,
-    ListIds,
+    /// A bounded sweep's bounds from its sample, or candidates from its lists
+    /// (`bounded_lists.wgsl`).
+    SelectShort,
     SelectRows,
     /// A merge by one subgroup per row (`select_rows_per_subgroup`), for short lists where
     /// the adapter has subgroups.
@@ -880,7 +881,7 @@ pub struct GpuTimes {
     /// The two-sided filter of dense blocks (`filter_two_sided.wgsl`): bounded sweeps, and
     /// `knng bench --what distance --filter`.
     pub filter: f64,
-    /// A bounded sweep's lists laid out for the select and its positions turned into indices,
+    /// A bounded sweep's selects of its rows' bounds and of their candidates from their lists,
     /// and its sample gathered (`bounded_lists.wgsl`, `gather_rows.wgsl`).
     pub lists: f64,
     /// Merging each tile's candidates into the running lists.
@@ -915,7 +916,7 @@ impl GpuTimes {
             Step::Distance | Step::DistancePublishing | Step::DistanceAppending { .. } => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
             Step::Filter => self.filter += seconds,
-            Step::GatherRows | Step::ListKeys | Step::ListIds => self.lists += seconds,
+            Step::GatherRows | Step::SelectShort => self.lists += seconds,
             Step::Merge | Step::MergeWide => self.merge += seconds,
             Step::Refine
             | Step::RefineGrouped
@@ -979,12 +980,11 @@ impl GpuEngine {
                         .get()
                         .expect("built (`appending_pipeline`) before it is planned"),
                     Step::Filter => &self.filter.get().expect("built (`filter_kernel`) before it is planned").pipeline,
-                    Step::GatherRows | Step::ListKeys | Step::ListIds => {
+                    Step::GatherRows | Step::SelectShort => {
                         let built = self.bounded.get().expect("built (`bounded_kernels`) before it is planned");
                         match job.step {
                             Step::GatherRows => &built.gather.pipeline,
-                            Step::ListKeys => &built.list_keys.pipeline,
-                            _ => &built.list_ids,
+                            _ => &built.short_select.pipeline,
                         }
                     }
                     Step::SelectRows => &self.select.pipeline,

@@ -9,19 +9,15 @@
 use super::{distance_buffers, CorpusSession, QueryTile, TileBuffers};
 use crate::error::Result;
 use crate::gpu::{
-    bind_group, grid, metric_modes, publishing_groups, DistanceParams, FilterParams, GatherParams, Job, ListParams,
-    ParamSlots, SelectParams, Step, FILTER_STRIP, TILE_M, TILE_N,
+    bind_group, grid, metric_modes, publishing_groups, DistanceParams, FilterParams, GatherParams, Job, ParamSlots,
+    ShortSelectParams, Step, FILTER_STRIP, SHORT_SELECT_LISTS, SHORT_SELECT_SAMPLE, TILE_M, TILE_N,
 };
 use crate::plan::TilePlan;
 
-/// Invocations a workgroup of `list_ids` (WG in bounded_lists.wgsl).
-const LIST_IDS_WG: usize = 256;
-
 impl CorpusSession<'_> {
-    /// Gives every row its bound: the key of rank `rank` among the sample's rows, left in
-    /// `row_state` by the dense select as a running list's largest key. Rows whose select
-    /// did not finish keep +inf, overflow their lists and are searched again.
-    pub(super) fn sample_bounds(&self, tiles: TilePlan, kc: usize, b: &TileBuffers) -> Result<()> {
+    /// Gives every row its bound: its key of rank `rank` against the sample's rows, into
+    /// `row_state` (`select_short` in bounded_lists.wgsl).
+    pub(super) fn sample_bounds(&self, tiles: TilePlan, b: &TileBuffers) -> Result<()> {
         let gpu = self.gpu;
         let device = &gpu.ctx.device;
         let sample = tiles.bounded.expect("a bounded sweep has a sample");
@@ -51,6 +47,7 @@ impl CorpusSession<'_> {
         gpu.submit(device.create_command_encoder(&Default::default()), &[job])?;
 
         let distance_bind = bind_group(device, &gpu.distance.layout, &b.uniform, &distance_buffers(b, &rows_of_sample));
+        let select_bind = self.short_select_bind(b);
         let cols = sample.sample_rows;
         for q0 in (0..n).step_by(tiles.query_rows) {
             let rows = tiles.query_rows.min(n - q0);
@@ -71,30 +68,23 @@ impl CorpusSession<'_> {
                 ..Default::default()
             });
             let distance = Job { step: Step::Distance, offset, groups: (gx, gy), bind: &distance_bind };
-            let select_bind = self.select_bind(b, q0, kc, tiles.shortlist_cap);
             let (sx, sy) = grid(rows, gpu.max_groups);
-            let offset = params.push(SelectParams {
+            let offset = params.push(ShortSelectParams {
                 rows: rows as u32,
-                len: cols as u32,
-                in_stride: cols as u32,
-                col_base: n as u32,
+                cap: cols as u32,
                 need: sample.rank as u32,
-                scratch_stride: tiles.scratch_stride as u32,
-                out_stride: kc as u32,
-                dense: 1,
+                row_base: q0 as u32,
+                mode: SHORT_SELECT_SAMPLE,
                 groups_x: sx,
+                key_stride: cols as u32,
                 ..Default::default()
             });
-            let select = Job { step: Step::SelectRows, offset, groups: (sx, sy), bind: &select_bind };
+            let select = Job { step: Step::SelectShort, offset, groups: (sx, sy), bind: &select_bind };
             gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
             let mut encoder = device.create_command_encoder(&Default::default());
             self.copy_corpus_rows(&mut encoder, q0, rows, b);
             gpu.submit(encoder, &[distance, select])?;
         }
-        // A select that did not finish flagged its row; the row's list says so instead.
-        let mut encoder = device.create_command_encoder(&Default::default());
-        encoder.clear_buffer(&b.failed, 0, None);
-        gpu.ctx.queue.submit([encoder.finish()]);
         crate::trace::mark(|| format!("bounds of {n} rows from {cols} sampled (submitted)"));
         Ok(())
     }
@@ -118,7 +108,6 @@ impl CorpusSession<'_> {
         let cols = n - q0;
         let cap = tiles.shortlist_cap;
         let corpus = &self.resident[0];
-        let kernels = gpu.bounded_kernels()?;
         let filter = gpu.filter_kernel()?;
         let mut params = ParamSlots::default();
 
@@ -170,44 +159,18 @@ impl CorpusSession<'_> {
         });
         jobs.push(Job { step: Step::Filter, offset, groups: (fx, fy), bind: &filter_bind });
 
-        // Positions reported from n on, so that none is taken for the query itself.
-        let lists_bind = bind_group(
-            device,
-            &kernels.list_keys.layout,
-            &b.uniform,
-            &[&b.shortlist_len, &b.shortlist, &b.dist, &b.candidates, &b.failed],
-        );
-        let (rx, ry) = grid(rows, gpu.max_groups);
-        let list = ListParams {
+        let select_bind = self.short_select_bind(b);
+        let (sx, sy) = grid(rows, gpu.max_groups);
+        let offset = params.push(ShortSelectParams {
             rows: rows as u32,
             cap: cap as u32,
             need: kc as u32,
             row_base: q0 as u32,
-            id_base: n as u32,
-            groups_x: rx,
-            ..Default::default()
-        };
-        let offset = params.push(list);
-        jobs.push(Job { step: Step::ListKeys, offset, groups: (rx, ry), bind: &lists_bind });
-
-        let select_bind = self.select_bind(b, q0, kc, cap);
-        let offset = params.push(SelectParams {
-            rows: rows as u32,
-            len: cap as u32,
-            in_stride: cap as u32,
-            col_base: n as u32,
-            need: kc as u32,
-            scratch_stride: tiles.scratch_stride as u32,
-            out_stride: kc as u32,
-            dense: 1,
-            groups_x: rx,
+            mode: SHORT_SELECT_LISTS,
+            groups_x: sx,
             ..Default::default()
         });
-        jobs.push(Job { step: Step::SelectRows, offset, groups: (rx, ry), bind: &select_bind });
-
-        let (ix, iy) = grid((rows * kc).div_ceil(LIST_IDS_WG), gpu.max_groups);
-        let offset = params.push(ListParams { groups_x: ix, ..list });
-        jobs.push(Job { step: Step::ListIds, offset, groups: (ix, iy), bind: &lists_bind });
+        jobs.push(Job { step: Step::SelectShort, offset, groups: (sx, sy), bind: &select_bind });
 
         gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
         let mut encoder = device.create_command_encoder(&Default::default());
@@ -215,5 +178,18 @@ impl CorpusSession<'_> {
         let submitted = gpu.submit(encoder, &jobs)?;
         crate::trace::mark(|| format!("rows {q0}..{} swept under their bounds (submitted)", q0 + rows));
         Ok(submitted.index)
+    }
+
+    /// The short select's bindings: every row's list, the distance tile (the sample's keys),
+    /// every row's candidates, flags and state.
+    fn short_select_bind(&self, b: &TileBuffers) -> wgpu::BindGroup {
+        let gpu = self.gpu;
+        let kernel = &gpu.bounded.get().expect("built (`bounded_kernels`) before it is bound").short_select;
+        bind_group(
+            &gpu.ctx.device,
+            &kernel.layout,
+            &b.uniform,
+            &[&b.shortlist_len, &b.shortlist, &b.dist, &b.candidates, &b.failed, &b.row_state],
+        )
     }
 }
