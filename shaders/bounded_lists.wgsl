@@ -10,7 +10,8 @@
 //   overflowed column-side shortlist in a symmetric sweep) and searched again by the host.
 //
 // The need-th smallest key is found by bisection over the keys' bits taken as ordered
-// integers: 32 counting passes over workgroup memory, no pass over global memory. The dense
+// integers: up to 32 counts over the keys, which stay in registers, each summed by the
+// workgroup; no second pass over global memory. The dense
 // select (select.wgsl) does the same work for rows of 65536 keys in a few passes over
 // global memory; for rows of a few thousand its per-row passes and barriers cost more than the
 // keys (65536 lists of 2560 at n=65536 k=1000: notes/select.md).
@@ -42,7 +43,8 @@ const LISTS: u32 = 1u;
 @group(0) @binding(5) var<storage, read_write> failed: array<u32>;
 @group(0) @binding(6) var<storage, read_write> row_state: array<vec2<u32>>;
 
-var<workgroup> row_keys: array<u32, MAX_LEN>;
+// Keys an invocation holds in registers (its keys i = lid + j WG), MAX_LEN in all.
+const PER: u32 = MAX_LEN / WG;
 // Counts of the bisection, two in turn: one is summed while the other is cleared.
 var<workgroup> counts: array<atomic<u32>, 2>;
 var<workgroup> count_seen: u32;
@@ -73,14 +75,22 @@ fn select_short(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id
         }
     }
     let len = workgroupUniformLoad(&row_len);
-    for (var i = lid; i < len; i += WG) {
-        var bits: u32;
-        if (params.mode == LISTS) {
-            bits = lists[row * params.cap + i].x;
-        } else {
-            bits = bitcast<u32>(keys[r * params.key_stride + i]);
+    // Indexed by constants only (the loops are unrolled when the module is built), so that
+    // the keys stay in registers: past the row, the largest integer, never counted.
+    var mine: array<u32, PER>;
+    // unroll(j, PER)
+    for (var j = 0u; j < PER; j++) {
+        mine[j] = 0xffffffffu;
+        let i = lid + j * WG;
+        if (i < len) {
+            var bits: u32;
+            if (params.mode == LISTS) {
+                bits = lists[row * params.cap + i].x;
+            } else {
+                bits = bitcast<u32>(keys[r * params.key_stride + i]);
+            }
+            mine[j] = ordered(bits);
         }
-        row_keys[i] = ordered(bits);
     }
     if (lid < 2u) {
         atomicStore(&counts[lid], 0u);
@@ -101,8 +111,9 @@ fn select_short(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id
         }
         let mid = lo + (hi - lo) / 2u;
         var c = 0u;
-        for (var i = lid; i < len; i += WG) {
-            c += select(0u, 1u, row_keys[i] <= mid);
+        // unroll(j, PER)
+        for (var j = 0u; j < PER; j++) {
+            c += select(0u, 1u, mine[j] <= mid);
         }
         atomicAdd(&counts[turn % 2u], c);
         workgroupBarrier();
@@ -125,20 +136,21 @@ fn select_short(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id
         return;
     }
     let out = row * params.need;
-    for (var i = lid; i < len; i += WG) {
-        let o = row_keys[i];
-        if (o < t && need > 0u) {
+    // unroll(j, PER)
+    for (var j = 0u; j < PER; j++) {
+        if (mine[j] < t && need > 0u) {
             let s = atomicAdd(&taken_below, 1u);
-            candidates[out + s] = vec2<u32>(unordered(o), lists[row * params.cap + i].y);
+            candidates[out + s] = vec2<u32>(unordered(mine[j]), lists[row * params.cap + lid + j * WG].y);
         }
     }
     workgroupBarrier();
     let below = atomicLoad(&taken_below);
-    for (var i = lid; i < len; i += WG) {
-        if (row_keys[i] == t && need > 0u) {
+    // unroll(j, PER)
+    for (var j = 0u; j < PER; j++) {
+        if (mine[j] == t && need > 0u) {
             let s = below + atomicAdd(&taken_equal, 1u);
             if (s < need) {
-                candidates[out + s] = vec2<u32>(unordered(t), lists[row * params.cap + i].y);
+                candidates[out + s] = vec2<u32>(unordered(t), lists[row * params.cap + lid + j * WG].y);
             }
         }
     }

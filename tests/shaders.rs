@@ -41,6 +41,11 @@ fn shaders_validate_and_translate_for_every_platform() {
         refine4.source.contains("const u = 3u;") && !refine4.source.contains("for (var u = 0u; u < DEPTH; u++)"),
         "the vec4 exact-key kernel's load loops were not unrolled"
     );
+    let short = modules.iter().find(|m| m.name == "bounded_lists").expect("bounded_lists module");
+    assert!(
+        short.source.contains("const j = 15u;") && !short.source.contains("for (var j = 0u; j < PER; j++)"),
+        "the short select's register loops were not unrolled"
+    );
     for m in modules {
         let name = m.name;
         let (module, info) = validate(name, &m.source, m.subgroups, m.f64);

@@ -675,7 +675,7 @@ impl GpuEngine {
         }
         let built = self.ctx.allocating(|| {
             let gather = shader_module(&self.ctx, "gather rows", shaders::GATHER_ROWS, Checks::EndingLoops);
-            let lists = shader_module(&self.ctx, "short select", shaders::BOUNDED_LISTS, Checks::EndingLoops);
+            let lists = shader_module(&self.ctx, "short select", &shaders::bounded_lists(), Checks::EndingLoops);
             BoundedKernels {
                 gather: kernel(&self.ctx, "gather rows", &gather, "gather_rows", &[RO, RO, RW, RW], &[]),
                 short_select: kernel(&self.ctx, "short select", &lists, "select_short", &[RO, RO, RO, RW, RW, RW], &[]),

@@ -21,8 +21,9 @@ const DISTANCE_APPEND_TWO_SIDED: &str = include_str!("../../shaders/distance_app
 const FILTER_TWO_SIDED: &str = include_str!("../../shaders/filter_two_sided.wgsl");
 /// A bounded sweep's sample rows, gathered from the prepared corpus (`shaders/gather_rows.wgsl`).
 pub const GATHER_ROWS: &str = include_str!("../../shaders/gather_rows.wgsl");
-/// A bounded sweep's lists as dense rows for the select, and back (`shaders/bounded_lists.wgsl`).
-pub const BOUNDED_LISTS: &str = include_str!("../../shaders/bounded_lists.wgsl");
+/// A bounded sweep's selects of short rows in workgroup memory (`shaders/bounded_lists.wgsl`),
+/// before unrolling.
+const BOUNDED_LISTS: &str = include_str!("../../shaders/bounded_lists.wgsl");
 /// Quick multi-select, without its entry point (`shaders/select.wgsl`).
 const SELECT: &str = include_str!("../../shaders/select.wgsl");
 /// Ballot helpers and the `select_rows` entry point with subgroups (`shaders/select_entry_subgroup.wgsl`).
@@ -112,6 +113,12 @@ pub fn filter_two_sided() -> String {
     unroll(&source, &[("STRIP", rows as u32)])
 }
 
+/// A bounded sweep's short selects, their marked loops unrolled (`PER` keys an invocation).
+pub fn bounded_lists() -> String {
+    let per = (crate::plan::MAX_SHORT_SELECT / 256) as u32;
+    unroll(BOUNDED_LISTS, &[("PER", per)])
+}
+
 /// Loads of each row in flight per invocation and step in refine_vec4.wgsl (`DEPTH`).
 const REFINE_DEPTH: u32 = 4;
 
@@ -190,7 +197,7 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("distance_appending_two_sided", distance_appending(super::TILE_K, AppendForm::TwoSided), false, false),
         m("filter_two_sided", filter_two_sided(), false, false),
         m("gather_rows", GATHER_ROWS.to_string(), false, false),
-        m("bounded_lists", BOUNDED_LISTS.to_string(), false, false),
+        m("bounded_lists", bounded_lists(), false, false),
         m("select_subgroup", select(true), true, false),
         m("select_workgroup", select(false), false, false),
         m("refine_scalar", refine(false), false, true),
