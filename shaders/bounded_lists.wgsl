@@ -51,6 +51,9 @@ var<workgroup> count_seen: u32;
 var<workgroup> row_len: u32;
 var<workgroup> taken_below: atomic<u32>;
 var<workgroup> taken_equal: atomic<u32>;
+var<workgroup> range_lo: atomic<u32>;
+var<workgroup> range_hi: atomic<u32>;
+var<workgroup> range: vec2<u32>;
 
 // f32 bits as integers in the floats' order (negative keys below positive ones).
 fn ordered(bits: u32) -> u32 {
@@ -92,19 +95,39 @@ fn select_short(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id
             mine[j] = ordered(bits);
         }
     }
+    // The row's smallest and largest keys bound the bisection.
+    var smallest = 0xffffffffu;
+    var largest = 0u;
+    // unroll(j, PER)
+    for (var j = 0u; j < PER; j++) {
+        if (lid + j * WG < len) {
+            smallest = min(smallest, mine[j]);
+            largest = max(largest, mine[j]);
+        }
+    }
     if (lid < 2u) {
         atomicStore(&counts[lid], 0u);
     }
     if (lid == 0u) {
         atomicStore(&taken_below, 0u);
         atomicStore(&taken_equal, 0u);
+        atomicStore(&range_lo, 0xffffffffu);
+        atomicStore(&range_hi, 0u);
     }
     workgroupBarrier();
+    atomicMin(&range_lo, smallest);
+    atomicMax(&range_hi, largest);
+    workgroupBarrier();
+    if (lid == 0u) {
+        range = vec2<u32>(atomicLoad(&range_lo), atomicLoad(&range_hi));
+    }
+    let bounds = workgroupUniformLoad(&range);
 
-    // The smallest t with at least `need` keys <= t: the need-th smallest key.
+    // The smallest t with at least `need` keys <= t (the need-th smallest key), or any t
+    // with exactly `need`.
     let need = min(params.need, len);
-    var lo = 0u;
-    var hi = 0xffffffffu;
+    var lo = bounds.x;
+    var hi = bounds.y;
     for (var turn = 0u; turn < 33u; turn++) {
         if (lo >= hi || need == 0u) {
             break;
@@ -121,7 +144,12 @@ fn select_short(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id
             count_seen = atomicLoad(&counts[turn % 2u]);
             atomicStore(&counts[(turn + 1u) % 2u], 0u);
         }
-        if (workgroupUniformLoad(&count_seen) >= need) {
+        let count = workgroupUniformLoad(&count_seen);
+        if (count == need) {
+            lo = mid;
+            break;
+        }
+        if (count > need) {
             hi = mid;
         } else {
             lo = mid + 1u;
