@@ -140,9 +140,7 @@ impl Neighbors {
 /// k=4096 on a 16-core H100 machine: 2.1 GB of answers, 221-385 -> 189-236 ms a graph).
 pub(crate) fn zeroed_answers<T: bytemuck::Zeroable>(len: usize) -> Vec<T> {
     let answers = bytemuck::zeroed_vec(len);
-    if std::env::var("KNNG_EXP_NOHUGE").is_err() {
-        advise_huge_pages(&answers);
-    }
+    advise_huge_pages(&answers);
     answers
 }
 
@@ -161,24 +159,3 @@ fn advise_huge_pages<T>(memory: &[T]) {
 
 #[cfg(not(target_os = "linux"))]
 fn advise_huge_pages<T>(_: &[T]) {}
-
-/// Maps the whole pages inside `len` bytes at `addr` (part of an array from
-/// [`zeroed_answers`]) before anything writes them: a thread of its own does this while the
-/// GPU works, so that the threads copying answers in later find their pages mapped instead
-/// of faulting them one at a time. Contents are unchanged; where the kernel cannot (before
-/// Linux 5.14, or elsewhere) the writes fault the pages as before.
-pub(crate) fn map_pages_ahead(addr: usize, len: usize) {
-    #[cfg(target_os = "linux")]
-    {
-        const PAGE: usize = 4096;
-        let start = addr.next_multiple_of(PAGE);
-        let end = (addr + len) / PAGE * PAGE;
-        if end > start {
-            // SAFETY: whole pages inside an allocation the caller owns; populating them
-            // leaves their contents as they are, and a failure only leaves them unmapped.
-            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_POPULATE_WRITE) };
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (addr, len);
-}

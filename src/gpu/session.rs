@@ -765,41 +765,8 @@ impl CorpusSession<'_> {
         let slots = buffers.staging.len();
         let publishes =
             gpu.publishes() && slots > 1 && !tiles.symmetric && certify.is_some() && buffers.certify.is_some();
-        // Where each tile's ranked answers go in the host's arrays: mapped ahead of the readers.
-        let answer_pages: Vec<[(usize, usize); 2]> = match &out.ranked {
-            Some(r) => query_tiles
-                .iter()
-                .map(|t| {
-                    let range = |bytes: usize| (bytes + t.q0 * r.k * 4, t.rows * r.k * 4);
-                    [range(r.ids.as_ptr() as usize), range(r.distances.as_ptr() as usize)]
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-        let mappers: usize = std::env::var("KNNG_EXP_MAP_AHEAD").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        let stop_mapping = std::sync::atomic::AtomicBool::new(false);
         let mut out = std::thread::scope(|scope| -> Result<Candidates> {
             type Reader<'s> = std::thread::ScopedJoinHandle<'s, Result<(usize, Candidates)>>;
-            struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
-            impl Drop for StopOnDrop<'_> {
-                fn drop(&mut self) {
-                    self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
-            }
-            let _stop = StopOnDrop(&stop_mapping);
-            for first in 0..mappers.min(answer_pages.len()) {
-                let (pages, stop) = (&answer_pages, &stop_mapping);
-                scope.spawn(move || {
-                    for tile in pages.iter().skip(first).step_by(mappers) {
-                        if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                            break;
-                        }
-                        for &(addr, len) in tile {
-                            crate::data::map_pages_ahead(addr, len);
-                        }
-                    }
-                });
-            }
             let mut out = Some(out);
             // The tile being read, and its reader.
             let mut reading: Option<(usize, Reader<'_>)> = None;
