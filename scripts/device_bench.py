@@ -68,7 +68,8 @@ def graph_case(n, d, k, extra=()):
     phases = " ".join(f"{name[:-2]}={v * 1e3:.0f}ms" for name, v in g.items())
     print(f"graph n={n} d={d} k={k}: knng {ms:.1f} ms, torch {peer_ms:.1f} ms, ratio {ms / peer_ms:.2f} "
           f"| host: prepare {r['prepare_s'] * 1e3:.0f}ms refine {r['refine_s'] * 1e3:.0f}ms "
-          f"| symmetric rows {r.get('rows_in_symmetric_blocks', 0)} | {phases}", flush=True)
+          f"| symmetric rows {r.get('rows_in_symmetric_blocks', 0)} bounded rows {r.get('rows_in_bounded_sweeps', 0)} "
+          f"| {phases}", flush=True)
     return r
 
 
