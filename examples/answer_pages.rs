@@ -11,6 +11,11 @@
 use rayon::prelude::*;
 use std::time::Instant;
 
+#[cfg(target_os = "linux")]
+const HUGE_PAGES: libc::c_int = libc::MADV_HUGEPAGE;
+#[cfg(not(target_os = "linux"))]
+const HUGE_PAGES: i32 = 0;
+
 fn main() {
     let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("a number")).collect();
     let (rows, k, tile) = match args[..] {
@@ -20,7 +25,7 @@ fn main() {
     // The tile's answers as they sit in mapped memory: ids, then distances.
     let source_ids: Vec<u32> = (0..tile * k).map(|i| (i * 7919 % rows) as u32).collect();
     let source_distances: Vec<f32> = (0..tile * k).map(|i| (i % k) as f32 * 0.5).collect();
-    println!("{rows} rows, k={k}, tiles of {tile} rows: {} MB of answers", rows * k * 8 >> 20);
+    println!("{rows} rows, k={k}, tiles of {tile} rows: {} MB of answers", (rows * k * 8) >> 20);
     for (name, huge, ahead, chunk_rows) in [
         ("2 MiB advice (as shipped)", true, 0, 1),
         ("no advice", false, 0, 1),
@@ -35,8 +40,8 @@ fn main() {
             let mut ids: Vec<u32> = bytemuck::zeroed_vec(rows * k);
             let mut distances: Vec<f32> = bytemuck::zeroed_vec(rows * k);
             if huge {
-                advise(&ids, libc::MADV_HUGEPAGE);
-                advise(&distances, libc::MADV_HUGEPAGE);
+                advise(&ids, HUGE_PAGES);
+                advise(&distances, HUGE_PAGES);
             }
             let mut first = 0.0;
             if ahead == usize::MAX {
@@ -89,6 +94,7 @@ fn main() {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn advise<T>(memory: &[T], advice: libc::c_int) {
     let start = (memory.as_ptr() as usize).next_multiple_of(4096);
     let end = (memory.as_ptr() as usize + std::mem::size_of_val(memory)) / 4096 * 4096;
@@ -96,6 +102,7 @@ fn advise<T>(memory: &[T], advice: libc::c_int) {
     unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
 }
 
+#[cfg(target_os = "linux")]
 fn populate(addr: usize, len: usize) {
     let start = addr.next_multiple_of(4096);
     let end = (addr + len) / 4096 * 4096;
@@ -104,3 +111,10 @@ fn populate(addr: usize, len: usize) {
         unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_POPULATE_WRITE) };
     }
 }
+
+// Elsewhere the pages are mapped by the copies themselves, whatever the variant.
+#[cfg(not(target_os = "linux"))]
+fn advise<T>(_: &[T], _: i32) {}
+
+#[cfg(not(target_os = "linux"))]
+fn populate(_: usize, _: usize) {}
