@@ -13,7 +13,7 @@ use super::{
     PreparedRows, RefineParams, SelectParams, Step, AUX_NAMES, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, REFINE_WG,
     TILE_M, TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
 };
-use crate::data::{zeroed_answers, MatrixRef};
+use crate::data::{stream_copy, zeroed_answers, MatrixRef};
 use crate::error::Result;
 use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, TilePlan};
@@ -23,6 +23,11 @@ use crate::refine::{found, order_ties_by_index, BackendRanked, Candidates, Certi
 /// Query tiles a round may be cut into so that it runs in the buffers already allocated
 /// (`TileBuffers::new`); below this it allocates its own.
 const MIN_REUSED_QUERY_ROWS: usize = 256;
+
+thread_local! {
+    /// A row of ranked answers whose ties are being ordered by index, per reader thread.
+    static TIED_ROW: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// Share of a symmetric graph's progress reports given to the sweep, before any row is final.
 const SWEEP_SHARE: f64 = 0.9;
@@ -200,7 +205,8 @@ pub(super) struct TileKey {
 }
 
 impl TileKey {
-    /// Rows of the per-row state: the query tile's, or every corpus row's in a symmetric sweep.
+    /// Rows of the per-row state: the query tile's, or every corpus row's in a symmetric or a
+    /// bounded sweep.
     fn state_rows(&self) -> usize {
         if self.tiles.symmetric || self.tiles.bounded.is_some() {
             self.corpus.0
@@ -267,6 +273,8 @@ pub(super) struct TileBuffers {
     /// a's indices, b's keys, b's indices; select.wgsl).
     aux: [wgpu::Buffer; 4],
     candidates: wgpu::Buffer,
+    /// Lengths and pairs of each row's shortlist: in a bounded sweep, of each row's list of
+    /// every key under its bound.
     shortlist_len: wgpu::Buffer,
     shortlist: wgpu::Buffer,
     uniform: wgpu::Buffer,
@@ -322,13 +330,9 @@ impl TileSizes {
         let q = tiles.query_rows;
         let state_rows = key.state_rows();
         // Parameter slots per distance tile: distance, select, merge, and the merges of the
-        // column rows' shortlists (a query tile's rows at a time).
-        let slots_per_tile = match (tiles.symmetric, tiles.bounded) {
-            (true, _) => 3 + tiles.column_tile.div_ceil(q),
-            // Distance, filter, list keys, select, list ids.
-            (false, Some(_)) => 5,
-            (false, None) => 3,
-        };
+        // column rows' shortlists (a query tile's rows at a time). A bounded sweep's tile takes
+        // three too: distance, filter, select.
+        let slots_per_tile = 3 + if tiles.symmetric { tiles.column_tile.div_ceil(q) } else { 0 };
         let certify = certify_k.map(|k| CertifySizes {
             error_bounds: (q * 8) as u64,
             answers: CertifyLayout::new(q, k).flags_at,
@@ -846,12 +850,19 @@ impl CorpusSession<'_> {
                 if let Some(last) = t.checked_sub(slots) {
                     read_through(last, &mut reading, &mut unread, &mut out)?;
                 }
+                // The reader of the tile `slots - 1` behind starts before this tile's finishing
+                // work is recorded, not after: at n=65536 k=1000 the readers, 2-3 ms a tile,
+                // pace the loop, and each waited ~0.7 ms for that work.
+                if let Some(behind) = (t + 1).checked_sub(slots) {
+                    start_oldest(behind, &mut reading, &mut unread, &mut out)?;
+                }
                 let published_later = publishes && t + 1 < query_tiles.len();
                 let staging = &buffers.staging[t % slots];
                 let (read, mapping) = self.finish(tile, kc, certify, &buffers, staging, published_later)?;
                 unread.push_back((t, read, mapping));
-                // Start reading the tile `slots - 1` behind, whose results are ready or nearly:
-                // the host then waits on the GPU only that far behind it.
+                // Start reading the tile `slots - 1` behind (with one read-back buffer, this
+                // tile), whose results are ready or nearly: the host then waits on the GPU only
+                // that far behind it.
                 if let Some(behind) = (t + 1).checked_sub(slots) {
                     start_oldest(behind, &mut reading, &mut unread, &mut out)?;
                 }
@@ -1374,9 +1385,20 @@ impl TileRead {
                         .zip(status.par_iter())
                         .for_each(|(((out_ids, out_dists), (ids, distances)), &status)| {
                             let m = found(status, k).unwrap_or(0);
-                            out_ids[..m].copy_from_slice(&ids[..m]);
-                            out_dists[..m].copy_from_slice(&distances[..m]);
-                            order_ties_by_index(&mut out_ids[..m], &out_dists[..m]);
+                            let (ids, distances) = (&ids[..m], &distances[..m]);
+                            // Rows with equal distances are ordered in a buffer of the thread's
+                            // own: the streaming stores leave the output out of the cache.
+                            if distances.windows(2).any(|w| w[0].to_bits() == w[1].to_bits()) {
+                                TIED_ROW.with_borrow_mut(|row| {
+                                    row.clear();
+                                    row.extend_from_slice(ids);
+                                    order_ties_by_index(row, distances);
+                                    stream_copy(&mut out_ids[..m], row);
+                                });
+                            } else {
+                                stream_copy(&mut out_ids[..m], ids);
+                            }
+                            stream_copy(&mut out_dists[..m], distances);
                         });
                     cb.flags_at
                 }

@@ -545,11 +545,21 @@ pub fn bounded_cases() -> Vec<Case> {
             _ => (0..4).map(|_| rng.random_range(-50.0..50.0f32)).collect(),
         })
         .collect();
-    vec![Case {
-        name: "euclidean: graph n=1600 d=4 k=10, a cluster on the rows a sample of every 4th skips".into(),
-        corpus: Matrix::from_rows(&rows).unwrap(),
-        queries: None,
-        k: 10,
-        metric: Metric::Euclidean,
-    }]
+    vec![
+        Case {
+            name: "euclidean: graph n=1600 d=4 k=10, a cluster on the rows a sample of every 4th skips".into(),
+            corpus: Matrix::from_rows(&rows).unwrap(),
+            queries: None,
+            k: 10,
+            metric: Metric::Euclidean,
+        },
+        // Integer distances: many keys equal the kc-th, so the select's ties decide the list.
+        Case {
+            name: "euclidean: lattice graph n=2000 d=3 k=250, ties at every rank".into(),
+            corpus: lattice(&mut rng, 2000, 3, 12, 0.0),
+            queries: None,
+            k: 250,
+            metric: Metric::Euclidean,
+        },
+    ]
 }

@@ -3,8 +3,8 @@
 //! computes its dense block against the corpus rows from its own first row on, and the
 //! two-sided filter (`filter_two_sided.wgsl`) appends each key under a row's bound to that
 //! row's list, for the tile's rows and, right of the diagonal block, for the column rows of
-//! later tiles. Tile I's lists are then complete: selected down to kc
-//! (`bounded_lists.wgsl` around the dense select), ranked and read back as a plain sweep's.
+//! later tiles. Tile I's lists are then complete: selected down to kc by a select in
+//! workgroup memory (`bounded_lists.wgsl`), ranked and read back as a plain sweep's tiles are.
 
 use super::{distance_buffers, CorpusSession, QueryTile, TileBuffers};
 use crate::error::Result;
