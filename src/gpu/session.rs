@@ -29,6 +29,9 @@ thread_local! {
     static TIED_ROW: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Query tiles whose answers are copied out at once.
+const READERS: usize = 2;
+
 /// Share of a symmetric graph's progress reports given to the sweep, before any row is final.
 const SWEEP_SHARE: f64 = 0.9;
 
@@ -702,7 +705,7 @@ impl CorpusSession<'_> {
         // rows of these arrays: zeroed pages cost nothing until then (at k=4096, 5 GB written
         // with sentinels on one core took 1.4 s).
         let lists = if certify.is_some() { 0 } else { nq * kc };
-        let out = Candidates {
+        let mut out = Candidates {
             exact: (gpu_exact && certify.is_none()).then(|| zeroed_answers(lists)),
             kc,
             keys: zeroed_answers(lists),
@@ -765,27 +768,28 @@ impl CorpusSession<'_> {
         // runs on another thread beside the GPU; the host waits only for tiles `slots - 1`
         // behind the last one finished. Ranked answers of tile t - 1 reach their staging buffer
         // during tile t's sweep, which publishes them (`distance_publish.wgsl`); only the last
-        // tile's are copied after its ranking. The reader owns `out` until it is joined.
+        // tile's are copied after its ranking. Each reader writes its tile's part of `out`
+        // (`TileOut`), so that up to READERS tiles are copied out at once.
         let slots = buffers.staging.len();
         let publishes =
             gpu.publishes() && slots > 1 && !tiles.symmetric && certify.is_some() && buffers.certify.is_some();
-        let mut out = std::thread::scope(|scope| -> Result<Candidates> {
-            type Reader<'s> = std::thread::ScopedJoinHandle<'s, Result<(usize, Candidates)>>;
-            let mut out = Some(out);
-            // The tile being read, and its reader.
-            let mut reading: Option<(usize, Reader<'_>)> = None;
+        let mut parts: Vec<Option<TileOut<'_>>> =
+            TileOut::split(&mut out, &query_tiles).into_iter().map(Some).collect();
+        let shortlisted = std::thread::scope(|scope| -> Result<usize> {
+            type Reader<'s> = std::thread::ScopedJoinHandle<'s, Result<(usize, usize)>>;
+            // Tiles being read, oldest first, and their readers.
+            let mut reading: VecDeque<(usize, Reader<'_>)> = VecDeque::new();
             // Finished tiles not yet being read, oldest first: the tile, its results, and their
             // mapping (requested once they are on their way: after the sweep that publishes them).
             let mut unread: VecDeque<(usize, TileRead, Option<Mapping>)> = VecDeque::new();
-            let collect = |reader: Reader<'_>, out: &mut Option<Candidates>| -> Result<()> {
-                let (done, candidates) = join(reader)?;
+            let mut shortlisted = 0;
+            let collect = |reader: Reader<'_>, shortlisted: &mut usize| -> Result<()> {
+                let (done, rows_shortlisted) = join(reader)?;
                 report(finished(done));
-                *out = Some(candidates);
+                *shortlisted += rows_shortlisted;
                 Ok(())
             };
-            let start_reader = |(t, read, mapping): (usize, TileRead, Option<Mapping>),
-                                mut candidates: Candidates|
-             -> Result<Reader<'_>> {
+            let start_reader = |(t, read, mapping): (usize, TileRead, Option<Mapping>), part| -> Result<_> {
                 let staging = &buffers.staging[t % slots];
                 let started = std::time::Instant::now();
                 // Waited for here, not on the reader's thread: wgpu 30 cannot be polled from
@@ -795,39 +799,40 @@ impl CorpusSession<'_> {
                 crate::trace::mark(|| format!("rows {}..{} mapped", read.q0, read.q0 + read.rows));
                 let b = &buffers;
                 Ok(scope.spawn(move || {
-                    read.copy_out(gpu, b, staging, &mut candidates)?;
+                    let rows_shortlisted = read.copy_out(gpu, b, staging, part)?;
                     crate::trace::mark(|| format!("rows {}..{} copied out", read.q0, read.q0 + read.rows));
-                    Ok((read.q0 + read.rows, candidates))
+                    Ok((read.q0 + read.rows, rows_shortlisted))
                 }))
             };
-            // Starts reading the oldest unread tile if it is no later than `upto` and no reader
-            // runs (it holds the candidates).
+            // Starts reading the oldest unread tiles no later than `upto`, while fewer than
+            // READERS run.
             let start_oldest = |upto: usize,
-                                reading: &mut Option<(usize, _)>,
+                                reading: &mut VecDeque<(usize, _)>,
                                 unread: &mut VecDeque<(usize, TileRead, Option<Mapping>)>,
-                                out: &mut Option<Candidates>|
+                                parts: &mut Vec<Option<_>>|
              -> Result<()> {
-                if reading.is_none() && unread.front().is_some_and(|&(t, _, _)| t <= upto) {
+                while reading.len() < READERS && unread.front().is_some_and(|&(t, _, _)| t <= upto) {
                     let tile = unread.pop_front().expect("the front tile was just seen");
-                    let candidates = out.take().expect("no reader holds the candidates");
-                    *reading = Some((tile.0, start_reader(tile, candidates)?));
+                    let part = parts[tile.0].take().expect("each tile is read once");
+                    reading.push_back((tile.0, start_reader(tile, part)?));
                 }
                 Ok(())
             };
-            // Reads every finished tile up to `last`, one reader at a time.
+            // Reads every finished tile up to `last`.
             let read_through = |last: usize,
-                                reading: &mut Option<(usize, _)>,
+                                reading: &mut VecDeque<(usize, _)>,
                                 unread: &mut VecDeque<(usize, TileRead, Option<Mapping>)>,
-                                out: &mut Option<Candidates>|
+                                parts: &mut Vec<Option<_>>,
+                                shortlisted: &mut usize|
              -> Result<()> {
                 loop {
-                    start_oldest(last, reading, unread, out)?;
-                    match reading.take() {
-                        Some((t, reader)) if t <= last => collect(reader, out)?,
-                        later => {
-                            *reading = later;
-                            return Ok(());
+                    start_oldest(last, reading, unread, parts)?;
+                    match reading.front() {
+                        Some(&(t, _)) if t <= last => {
+                            let (_, reader) = reading.pop_front().expect("the front reader was just seen");
+                            collect(reader, shortlisted)?;
                         }
+                        _ => return Ok(()),
                     }
                 }
             };
@@ -847,14 +852,13 @@ impl CorpusSession<'_> {
                     }
                 }
                 // The tile that last used this tile's staging buffer must have been read.
-                if let Some(last) = t.checked_sub(slots) {
-                    read_through(last, &mut reading, &mut unread, &mut out)?;
-                }
-                // The reader of the tile `slots - 1` behind starts before this tile's finishing
-                // work is recorded, not after: at n=65536 k=1000 the readers, 2-3 ms a tile,
-                // pace the loop, and each waited ~0.7 ms for that work.
+                // The reader of the tile `slots - 1` behind starts first, beside the one being
+                // waited for: at n=65536 k=1000 the readers, 2-3 ms a tile, pace the loop.
                 if let Some(behind) = (t + 1).checked_sub(slots) {
-                    start_oldest(behind, &mut reading, &mut unread, &mut out)?;
+                    start_oldest(behind, &mut reading, &mut unread, &mut parts)?;
+                }
+                if let Some(last) = t.checked_sub(slots) {
+                    read_through(last, &mut reading, &mut unread, &mut parts, &mut shortlisted)?;
                 }
                 let published_later = publishes && t + 1 < query_tiles.len();
                 let staging = &buffers.staging[t % slots];
@@ -864,12 +868,13 @@ impl CorpusSession<'_> {
                 // tile), whose results are ready or nearly: the host then waits on the GPU only
                 // that far behind it.
                 if let Some(behind) = (t + 1).checked_sub(slots) {
-                    start_oldest(behind, &mut reading, &mut unread, &mut out)?;
+                    start_oldest(behind, &mut reading, &mut unread, &mut parts)?;
                 }
             }
-            read_through(usize::MAX, &mut reading, &mut unread, &mut out)?;
-            Ok(out.expect("the last reader returned the candidates"))
+            read_through(usize::MAX, &mut reading, &mut unread, &mut parts, &mut shortlisted)?;
+            Ok(shortlisted)
         })?;
+        out.shortlisted = shortlisted;
         // Every tile's answers but the last one's.
         out.published = if publishes { nq - query_tiles.last().map_or(0, |t| t.rows) } else { 0 };
         *gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, buffers));
@@ -1363,26 +1368,27 @@ struct TileRead {
 }
 
 impl TileRead {
-    /// Copies the tile's results out of `staging` and unmaps it.
-    fn copy_out(&self, gpu: &GpuEngine, b: &TileBuffers, staging: &wgpu::Buffer, out: &mut Candidates) -> Result<()> {
+    /// Copies the tile's results out of `staging` into its part of the candidates and unmaps
+    /// it. Returns how many of its rows took a shortlist.
+    fn copy_out(&self, gpu: &GpuEngine, b: &TileBuffers, staging: &wgpu::Buffer, out: TileOut<'_>) -> Result<usize> {
         let started = std::time::Instant::now();
-        let TileRead { q0, rows, kc, ranked } = *self;
+        let TileRead { rows, kc, ranked, .. } = *self;
+        let mut shortlisted = 0;
         read_mapped(staging, |bytes| {
             let at = |offset: u64, len: usize| &bytes[offset as usize..offset as usize + len];
-            let flags_at = match (&b.certify, out.ranked.as_mut()) {
-                (Some(cb), Some(answers)) if ranked => {
+            let flags_at = match (&b.certify, out.ranked) {
+                (Some(cb), Some((out_ids, out_distances, out_status))) if ranked => {
                     // Straight into the output's form, on every core: the GPU reported the
                     // distances; rows of one distance are listed by index here.
                     let k = cb.k;
                     let ids: &[u32] = bytemuck::cast_slice(at(0, rows * k * 4));
                     let distances: &[f32] = bytemuck::cast_slice(at(cb.distances_at, rows * k * 4));
-                    let status = &mut answers.status[q0..q0 + rows];
-                    status.copy_from_slice(bytemuck::cast_slice(at(cb.status_at, rows * 4)));
-                    answers.ids[q0 * k..(q0 + rows) * k]
+                    out_status.copy_from_slice(bytemuck::cast_slice(at(cb.status_at, rows * 4)));
+                    out_ids
                         .par_chunks_mut(k)
-                        .zip(answers.distances[q0 * k..(q0 + rows) * k].par_chunks_mut(k))
+                        .zip(out_distances.par_chunks_mut(k))
                         .zip(ids.par_chunks(k).zip(distances.par_chunks(k)))
-                        .zip(status.par_iter())
+                        .zip(out_status.par_iter())
                         .for_each(|(((out_ids, out_dists), (ids, distances)), &status)| {
                             let m = found(status, k).unwrap_or(0);
                             let (ids, distances) = (&ids[..m], &distances[..m]);
@@ -1404,35 +1410,81 @@ impl TileRead {
                 }
                 _ => {
                     let pairs: &[[u32; 2]] = bytemuck::cast_slice(at(0, rows * kc * 8));
-                    let keys = &mut out.keys[q0 * kc..(q0 + rows) * kc];
-                    let ids = &mut out.ids[q0 * kc..(q0 + rows) * kc];
                     // Mapped memory is uncached on some systems: unpack it once, on every core.
-                    pairs.par_iter().zip(keys.par_iter_mut()).zip(ids.par_iter_mut()).for_each(|((pair, key), id)| {
-                        *key = f32::from_bits(pair[0]);
-                        *id = pair[1];
-                    });
-                    if let (Some((_, keys_at)), Some(exact)) = (&b.exact, out.exact.as_mut()) {
-                        parallel_copy(
-                            &mut exact[q0 * kc..(q0 + rows) * kc],
-                            bytemuck::cast_slice(at(*keys_at, rows * kc * 8)),
-                        );
+                    pairs.par_iter().zip(out.keys.par_iter_mut()).zip(out.ids.par_iter_mut()).for_each(
+                        |((pair, key), id)| {
+                            *key = f32::from_bits(pair[0]);
+                            *id = pair[1];
+                        },
+                    );
+                    if let (Some((_, keys_at)), Some(exact)) = (&b.exact, out.exact) {
+                        parallel_copy(exact, bytemuck::cast_slice(at(*keys_at, rows * kc * 8)));
                     }
                     b.flags_at
                 }
             };
             // Bit 0: unfinished; bit 1: took a shortlist; bit 2: a column-side shortlist
-            // overflowed (symmetric sweep).
+            // overflowed (symmetric sweep) or a list came out short or overflowed (bounded).
             let flags: &[u32] = bytemuck::cast_slice(at(flags_at, rows * 4));
             for (i, &flag) in flags.iter().enumerate() {
-                out.failed[q0 + i] = flag & 1 != 0;
-                out.shortlisted += (flag >> 1 & 1) as usize;
-                if let Some(incomplete) = out.incomplete.get_mut(q0 + i) {
+                out.failed[i] = flag & 1 != 0;
+                shortlisted += (flag >> 1 & 1) as usize;
+            }
+            if let Some(incomplete) = out.incomplete {
+                for (incomplete, &flag) in incomplete.iter_mut().zip(flags) {
                     *incomplete = flag & 4 != 0;
                 }
             }
         })?;
         gpu.add_transfer_time(started);
-        Ok(())
+        Ok(shortlisted)
+    }
+}
+
+/// A query tile's part of the candidates: what its reader writes, so that readers of
+/// different tiles can run at once.
+struct TileOut<'a> {
+    /// Ranked answers: ids and distances (k a row), statuses.
+    ranked: Option<(&'a mut [u32], &'a mut [f32], &'a mut [u32])>,
+    /// Otherwise the running lists' keys and ids (kc a row) and, from the GPU, exact keys.
+    keys: &'a mut [f32],
+    ids: &'a mut [u32],
+    exact: Option<&'a mut [f64]>,
+    failed: &'a mut [bool],
+    /// Where the candidates track rows that may have missed keys.
+    incomplete: Option<&'a mut [bool]>,
+}
+
+impl<'a> TileOut<'a> {
+    /// `out` cut at the tiles' boundaries, tile by tile.
+    fn split(out: &'a mut Candidates, tiles: &[QueryTile]) -> Vec<TileOut<'a>> {
+        fn cut<'s, T>(rest: &mut &'s mut [T], len: usize) -> &'s mut [T] {
+            let (part, later) = std::mem::take(rest).split_at_mut(len);
+            *rest = later;
+            part
+        }
+        let kc = out.kc;
+        let (mut keys, mut ids, mut failed) = (&mut out.keys[..], &mut out.ids[..], &mut out.failed[..]);
+        let mut exact = out.exact.as_deref_mut();
+        let mut incomplete = (!out.incomplete.is_empty()).then_some(&mut out.incomplete[..]);
+        let mut ranked = out.ranked.as_mut().map(|r| (r.k, &mut r.ids[..], &mut r.distances[..], &mut r.status[..]));
+        tiles
+            .iter()
+            .map(|t| {
+                // Ranked rounds keep no lists on the host.
+                let lists = if keys.is_empty() { 0 } else { t.rows * kc };
+                TileOut {
+                    ranked: ranked.as_mut().map(|(k, ids, distances, status)| {
+                        (cut(ids, t.rows * *k), cut(distances, t.rows * *k), cut(status, t.rows))
+                    }),
+                    keys: cut(&mut keys, lists),
+                    ids: cut(&mut ids, lists),
+                    exact: exact.as_mut().map(|exact| cut(exact, lists)),
+                    failed: cut(&mut failed, t.rows),
+                    incomplete: incomplete.as_mut().map(|incomplete| cut(incomplete, t.rows)),
+                }
+            })
+            .collect()
     }
 }
 
