@@ -321,22 +321,8 @@ pub(crate) fn plan_symmetric(
         return None;
     }
     let free = dev.budget.checked_sub(n as u64 * (row + per_row_state))?;
-    let plan_with = |read_backs: usize| {
-        let per_query_row = query_row_bytes(dist_stride, scratch_stride, kc, shortlist_cap, read_backs, row, true);
-        let limits = [
-            free / per_query_row,
-            dev.max_binding / (4 * dist_stride as u64),
-            dev.max_binding / (4 * scratch_stride as u64),
-            dev.max_binding / row,
-            MAX_QUERY_ROWS.min(caps.query) as u64,
-        ];
-        let mut rows = limits.into_iter().min().unwrap_or(0) as usize / ALIGN_ROWS * ALIGN_ROWS;
-        // The running lists and the tile's lists share one binding.
-        while rows > 0 && !fits((n + rows) as u64 * 8 * kc as u64) {
-            rows -= ALIGN_ROWS;
-        }
-        rows
-    };
+    let tile = SweptTile { n, dist_stride, scratch_stride, kc, list_cap: shortlist_cap, row, free };
+    let plan_with = |read_backs: usize| tile.most_rows(read_backs, caps, dev);
     let single = plan_with(1);
     let double = plan_with(2);
     let (most, read_backs) = if double >= single - single / 4 && double > 0 { (double, 2) } else { (single, 1) };
@@ -359,6 +345,42 @@ pub(crate) fn plan_symmetric(
         symmetric: true,
         bounded: None,
     })
+}
+
+/// The query tile of a sweep that keeps every row's state (a symmetric or a bounded sweep).
+struct SweptTile {
+    n: usize,
+    dist_stride: usize,
+    scratch_stride: usize,
+    kc: usize,
+    /// Pairs per row of the shortlists (symmetric) or lists (bounded).
+    list_cap: usize,
+    /// Bytes of a prepared row.
+    row: u64,
+    /// Budget left beside the corpus and every row's state.
+    free: u64,
+}
+
+impl SweptTile {
+    /// The most query rows a tile may have with `read_backs` read-back buffers, in whole
+    /// ALIGN_ROWS: under the budget left, every buffer under a binding, and the running lists
+    /// of every row and of the tile in one binding.
+    fn most_rows(&self, read_backs: usize, caps: TileCaps, dev: DeviceBudget) -> usize {
+        let per_query_row =
+            query_row_bytes(self.dist_stride, self.scratch_stride, self.kc, self.list_cap, read_backs, self.row, true);
+        let limits = [
+            self.free / per_query_row,
+            dev.max_binding / (4 * self.dist_stride as u64),
+            dev.max_binding / (4 * self.scratch_stride as u64),
+            dev.max_binding / self.row,
+            MAX_QUERY_ROWS.min(caps.query) as u64,
+        ];
+        let mut rows = limits.into_iter().min().unwrap_or(0) as usize / ALIGN_ROWS * ALIGN_ROWS;
+        while rows > 0 && (self.n + rows) as u64 * 8 * self.kc as u64 > dev.max_binding {
+            rows -= ALIGN_ROWS;
+        }
+        rows
+    }
 }
 
 /// Rows a bounded sweep's sample aims for: the sample's GEMM is n x 4096 products, about a
@@ -418,25 +440,13 @@ pub(crate) fn plan_bounded(
     }
     let sample = bounded.sample_rows as u64 * (row + 4);
     let free = dev.budget.checked_sub(n as u64 * (row + per_row_state) + sample)?;
-    let plan_with = |read_backs: usize| {
-        let per_query_row = query_row_bytes(dist_stride, scratch_stride, kc, list_cap, read_backs, row, true);
-        let limits = [
-            free / per_query_row,
-            dev.max_binding / (4 * dist_stride as u64),
-            dev.max_binding / (4 * scratch_stride as u64),
-            dev.max_binding / row,
-            MAX_QUERY_ROWS.min(caps.query) as u64,
-        ];
-        let mut rows = limits.into_iter().min().unwrap_or(0) as usize / ALIGN_ROWS * ALIGN_ROWS;
-        while rows > 0 && !fits((n + rows) as u64 * 8 * kc as u64) {
-            rows -= ALIGN_ROWS;
-        }
-        rows
-    };
+    let tile = SweptTile { n, dist_stride, scratch_stride, kc, list_cap, row, free };
+    // The most read-back buffers that leave three quarters of the tile.
+    let single = tile.most_rows(1, caps, dev);
     let (read_backs, most) = [3, 2, 1]
         .into_iter()
-        .map(|read_backs| (read_backs, plan_with(read_backs)))
-        .find(|&(_, rows)| rows >= plan_with(1) - plan_with(1) / 4 && rows > 0)?;
+        .map(|read_backs| (read_backs, tile.most_rows(read_backs, caps, dev)))
+        .find(|&(_, rows)| rows >= single - single / 4 && rows > 0)?;
     // Tiles of equal size, at most BOUNDED_TILE rows: the diagonal blocks, computed whole,
     // grow with the tile, and every tile's answers cross to the host behind the next one.
     let wanted = most.min(BOUNDED_TILE);
