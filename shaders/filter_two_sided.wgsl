@@ -6,8 +6,8 @@
 // of its own: every form of that epilogue cost the GEMM a third of its speed or more, as the
 // GEMM leaves no registers to spare (notes/select.md); this kernel only moves memory.
 //
-// A workgroup takes a strip of STRIP rows x 128 columns, an invocation per column, reading the
-// strip row by row (each row's 128 keys in one run of 512 bytes) into registers, once. The
+// A workgroup takes a strip of STRIP rows x WIDTH columns, an invocation per column, reading
+// the strip row by row (each row's WIDTH keys in one run) into registers, once. The
 // column side counts in a register, the row side in workgroup memory where a key is kept (a
 // few percent of keys); one global atomic per row and per column with keys reserves the
 // strip's range of each list, and the keys are written from the registers. Keys past a list's

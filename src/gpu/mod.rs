@@ -191,8 +191,12 @@ const SHORT_SELECT_SAMPLE: u32 = 0;
 const SHORT_SELECT_LISTS: u32 = 1;
 
 /// Rows and columns of the block one workgroup of filter_two_sided.wgsl takes (one invocation
-/// a column; the module is built with them, `shaders::filter_two_sided`).
-const FILTER_STRIP: (usize, usize) = (64, 128);
+/// a column; the module is built with them, `shaders::filter_two_sided`). Short strips hold
+/// few keys in registers, so more workgroups run at once, for more atomics a key: H100, the
+/// filter of n=65536 k=1000's bounded sweep took 8.57 ms with strips of 64 x 128, 6.41 with 32
+/// x 128, 6.13 with 32 x 256, 5.58 with 16 x 256, 5.68 with 16 x 512, 5.84 with 8 x 256
+/// (notes/select.md).
+const FILTER_STRIP: (usize, usize) = (16, 256);
 
 /// `Params` of select.wgsl.
 #[repr(C)]
