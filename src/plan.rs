@@ -383,9 +383,11 @@ impl SweptTile {
     }
 }
 
-/// Rows a bounded sweep's sample aims for: the sample's GEMM is n x 4096 products, about a
-/// sixteenth of the graph's at n=65536.
-const SAMPLE_ROWS: usize = 4096;
+/// Rows a bounded sweep's sample aims for, smallest first: the smallest whose lists fit the
+/// short select. A smaller sample costs less GEMM and select but bounds rows less tightly,
+/// so lists grow: H100, n=65536 k=1000, GPU span 45.2 ms with 4096 rows (lists of 2560), 44.4
+/// with 2048 (3328); 1024 rows would need lists over MAX_SHORT_SELECT (notes/select.md).
+const SAMPLE_ROWS: [usize; 2] = [2048, 4096];
 
 /// Standard deviations of a row's count under its bound between kc and the expected count
 /// (a row under kc is searched again), and between the expected count and the list's length
@@ -423,11 +425,11 @@ pub(crate) fn plan_bounded(
     if !corpus.resident || corpus.chunk_rows < n {
         return None;
     }
-    let bounded = bound_sample(n, kc)?;
-    let list_cap = list_cap(kc, bounded);
-    if list_cap > MAX_SHORT_SELECT {
-        return None;
-    }
+    let (bounded, list_cap) = SAMPLE_ROWS
+        .into_iter()
+        .filter_map(|rows| bound_sample(n, kc, rows))
+        .map(|b| (b, list_cap(kc, b)))
+        .find(|&(_, cap)| cap <= MAX_SHORT_SELECT)?;
     let dist_stride = n.next_multiple_of(4);
     // Its selects hold a row in workgroup memory; the auxiliary arrays only serve a later
     // round in the same buffers.
@@ -467,13 +469,15 @@ pub(crate) fn plan_bounded(
 /// which holds them in workgroup memory): its sample and its list are no longer.
 pub(crate) const MAX_SHORT_SELECT: usize = 4096;
 
-/// Largest query tile of a bounded sweep (about the plain sweep's under the 4 GiB default).
-const BOUNDED_TILE: usize = 3072;
+/// Largest query tile of a bounded sweep: fewer passes end in fewer partial waves, against
+/// larger diagonal blocks computed whole. H100, n=65536 k=1000 (sample of 2048): GPU span
+/// 41.6 ms with tiles of 3008 rows, 40.8 with 4096 (notes/select.md).
+const BOUNDED_TILE: usize = 4096;
 
-/// The sample and the bound's rank for `n` rows and `kc` candidates, or `None` where the
-/// sample would be too small to bound kc (or not smaller than the corpus).
-fn bound_sample(n: usize, kc: usize) -> Option<BoundedSweep> {
-    let sample_step = (n / SAMPLE_ROWS).max(4);
+/// The sample (of about `aim` rows) and the bound's rank for `n` rows and `kc` candidates,
+/// or `None` where the sample would be too small to bound kc.
+fn bound_sample(n: usize, kc: usize, aim: usize) -> Option<BoundedSweep> {
+    let sample_step = (n / aim).max(4);
     // Whole vec4s of keys a row (the dense select's stride).
     let sample_rows = (n / sample_step).min(MAX_SHORT_SELECT) / 4 * 4;
     let f = sample_step as f64;
@@ -630,9 +634,10 @@ mod tests {
         };
         let t = bounded(65536, 128, 1024, default, false).expect("n=65536 k=1000 is swept under bounds");
         let b = t.bounded.unwrap();
-        assert_eq!((b.sample_rows, b.sample_step), (4096, 16));
+        assert_eq!((b.sample_rows, b.sample_step), (2048, 32));
         // kc lies four deviations under the expected count, the list's length five above it.
-        let (expected, deviation) = ((b.rank * 16) as f64, 16.0 * (b.rank as f64).sqrt());
+        let f = b.sample_step as f64;
+        let (expected, deviation) = (b.rank as f64 * f, f * (b.rank as f64).sqrt());
         assert!(expected - 4.0 * deviation >= 1024.0 && expected - 4.0 * deviation < 1024.0 + deviation);
         assert!(t.shortlist_cap as f64 >= expected + 5.0 * deviation && t.shortlist_cap.is_multiple_of(64));
         assert!(t.query_rows.is_multiple_of(ALIGN_ROWS) && t.query_rows <= BOUNDED_TILE);
@@ -651,6 +656,10 @@ mod tests {
         assert!(b.sample_rows.max(t.shortlist_cap) <= MAX_SHORT_SELECT && t.dist_stride >= 65536);
         // Short lists and small graphs keep the other sweeps unless forced; forced, a graph
         // too small to sample, a streamed corpus or lists over a binding get none.
+        // Longer lists take the larger sample, whose bounds are tighter (k=1500 here).
+        let long = bounded(65536, 128, 1875, default, false).expect("k=1500 fits lists of the larger sample");
+        assert_eq!(long.bounded.unwrap().sample_rows, 4096);
+        assert!(bounded(65536, 128, 2560, default, false).is_none());
         assert!(bounded(65536, 128, 26, default, false).is_none());
         assert!(bounded(16384, 128, 1024, default, false).is_none());
         assert!(bounded(3000, 24, 125, default, true).is_some());
