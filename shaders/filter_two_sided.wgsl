@@ -1,5 +1,5 @@
-// The two-sided filter of a dense block (so far measured by `knng bench --what distance --keep
-// F --two-sided --filter` only): what the two-sided appending epilogue does
+// The two-sided filter of a dense block (bounded sweeps, src/gpu/session/bounded.rs; `knng bench
+// --what distance --keep F --two-sided --filter`): what the two-sided appending epilogue does
 // (distance_append_two_sided.wgsl), in a kernel of its own that reads the block the plain
 // distance kernel wrote. Each key d(i, j) under row i's bound goes to row i's list, and under
 // column row j's bound (for global columns from column_begin on) to row j's list. Why a kernel

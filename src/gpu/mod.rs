@@ -334,8 +334,8 @@ pub(crate) struct GpuEngine {
     /// two-sided, each built on first use: only `knng bench --what distance --keep` runs them
     /// so far.
     distance_appending: [std::sync::OnceLock<wgpu::ComputePipeline>; 2],
-    /// The two-sided filter of dense blocks (`filter_two_sided.wgsl`), built on first use:
-    /// only `knng bench --what distance --two-sided --filter` runs it so far.
+    /// The two-sided filter of dense blocks (`filter_two_sided.wgsl`), built on first use: bounded
+    /// sweeps and `knng bench --what distance --two-sided --filter` run it.
     filter: std::sync::OnceLock<Kernel>,
     /// The sample gather and list kernels of bounded sweeps, built on first use.
     bounded: std::sync::OnceLock<BoundedKernels>,

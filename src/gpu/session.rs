@@ -963,10 +963,10 @@ impl CorpusSession<'_> {
             &b.uniform,
             &[&b.raw_queries, &self.shift, &b.queries.vectors, &b.queries.norms],
         );
-        // The publishing kernel, with the answers and where they go, where this sweep publishes.
-        let published =
-            publish.and_then(|read_back| Some((b.certify.as_ref()?, read_back, gpu.distance_publish.as_ref()?)));
-        debug_assert_eq!(published.is_some(), publish.is_some(), "published answers are ranked ones");
+        debug_assert!(
+            publish.is_none() || b.certify.is_some() && gpu.distance_publish.is_some(),
+            "published answers are ranked ones"
+        );
         let distance_bind =
             |chunk: &PreparedRows| bind_group(device, &gpu.distance.layout, &b.uniform, &distance_buffers(b, chunk));
         // A symmetric sweep stops at the tile's last row: later rows meet this tile as columns.
@@ -1011,10 +1011,8 @@ impl CorpusSession<'_> {
             };
             let distance_binds: Vec<wgpu::BindGroup> = chunks.iter().map(|c| distance_bind(c)).collect();
             // Only the sweep's first distance tile publishes.
-            let publishing_bind = published.filter(|_| first_tile).map(|(cb, read_back, kernel)| {
-                let buffers = [distance_buffers(b, chunks[0]).as_slice(), &[&cb.answers, read_back]].concat();
-                bind_group(device, &kernel.layout, &b.uniform, &buffers)
-            });
+            let publishing_bind =
+                publish.filter(|_| first_tile).and_then(|read_back| self.publishing(b, chunks[0], read_back));
             // Distance tiles of each chunk: (first row in the chunk, rows).
             let column_tiles: Vec<Vec<(usize, usize)>> = chunks
                 .iter()
@@ -1052,7 +1050,7 @@ impl CorpusSession<'_> {
                     // their shortlists.
                     let shortlist_cap = if first_tile { 0 } else { cap as u32 };
                     let gemm_tiles = rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize);
-                    let publishing = publishing_bind.as_ref().filter(|_| first_tile);
+                    let publishing = publishing_bind.as_ref().filter(|_| first_tile).map(|(bind, _)| bind);
                     let groups = if publishing.is_some() { publishing_groups(gemm_tiles) } else { gemm_tiles };
                     let (gx, gy) = grid(groups, gpu.max_groups);
                     let offset = params.push(DistanceParams {
@@ -1068,11 +1066,7 @@ impl CorpusSession<'_> {
                         row_base: base as u32,
                         column_end: if symmetric { q0 as u32 } else { 0 },
                         column_cap: cap as u32,
-                        // In whole vec4s: the layout's parts start at multiples of 256 bytes.
-                        publish_len: match published {
-                            Some((cb, _, _)) if first_tile => (cb.flags_at / 16) as u32,
-                            _ => 0,
-                        },
+                        publish_len: publishing_bind.as_ref().filter(|_| first_tile).map_or(0, |&(_, len)| len),
                         ..Default::default()
                     });
                     let job = match publishing {
@@ -1141,6 +1135,22 @@ impl CorpusSession<'_> {
             }
         }
         publishing.ok_or_else(|| crate::error::Error::Gpu("a corpus of no rows has nothing to sweep".into()))
+    }
+
+    /// The publishing distance kernel's bind group against `chunk`, with the ranked answers it
+    /// copies into `read_back` (`distance_publish.wgsl`), and how many vec4s it copies; `None`
+    /// where answers are not ranked on the GPU or the adapter cannot publish.
+    fn publishing(
+        &self,
+        b: &TileBuffers,
+        chunk: &PreparedRows,
+        read_back: &wgpu::Buffer,
+    ) -> Option<(wgpu::BindGroup, u32)> {
+        let gpu = self.gpu;
+        let (cb, kernel) = (b.certify.as_ref()?, gpu.distance_publish.as_ref()?);
+        let buffers = [distance_buffers(b, chunk).as_slice(), &[&cb.answers, read_back]].concat();
+        // In whole vec4s: the layout's parts start at multiples of 256 bytes.
+        Some((bind_group(&gpu.ctx.device, &kernel.layout, &b.uniform, &buffers), (cb.flags_at / 16) as u32))
     }
 
     /// Sorts every row's list by index (`sort_by_index`), for exact keys shared by the two

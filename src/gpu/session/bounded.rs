@@ -111,20 +111,15 @@ impl CorpusSession<'_> {
         let filter = gpu.filter_kernel()?;
         let mut params = ParamSlots::default();
 
-        let published =
-            publish.and_then(|read_back| Some((b.certify.as_ref()?, read_back, gpu.distance_publish.as_ref()?)));
         let gemm_tiles = rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize);
-        let distance_bind = match published {
-            Some((cb, read_back, kernel)) => {
-                let buffers = [distance_buffers(b, corpus).as_slice(), &[&cb.answers, read_back]].concat();
-                bind_group(device, &kernel.layout, &b.uniform, &buffers)
-            }
-            None => bind_group(device, &gpu.distance.layout, &b.uniform, &distance_buffers(b, corpus)),
-        };
-        let (step, groups) = match published {
-            Some(_) => (Step::DistancePublishing, publishing_groups(gemm_tiles)),
-            None => (Step::Distance, gemm_tiles),
-        };
+        let (distance_bind, step, groups, publish_len) =
+            match publish.and_then(|read_back| self.publishing(b, corpus, read_back)) {
+                Some((bind, len)) => (bind, Step::DistancePublishing, publishing_groups(gemm_tiles), len),
+                None => {
+                    let bind = bind_group(device, &gpu.distance.layout, &b.uniform, &distance_buffers(b, corpus));
+                    (bind, Step::Distance, gemm_tiles, 0)
+                }
+            };
         let (gx, gy) = grid(groups, gpu.max_groups);
         let offset = params.push(DistanceParams {
             q_rows: rows as u32,
@@ -136,8 +131,7 @@ impl CorpusSession<'_> {
             mode: metric_modes(self.metric).1,
             groups_x: gx,
             row_base: q0 as u32,
-            // In whole vec4s: the layout's parts start at multiples of 256 bytes.
-            publish_len: published.map_or(0, |(cb, _, _)| (cb.flags_at / 16) as u32),
+            publish_len,
             ..Default::default()
         });
         let mut jobs = vec![Job { step, offset, groups: (gx, gy), bind: &distance_bind }];
