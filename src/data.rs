@@ -109,7 +109,7 @@ impl<'a> From<&'a Matrix> for MatrixRef<'a> {
 /// `indices` and `distances` are both `queries x k`, row-major (`k` innermost). Each row is
 /// sorted by (distance, index) ascending; for [`Metric::InnerProduct`](crate::Metric) the
 /// distance is the inner product and rows are sorted by descending value, then index.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Neighbors {
     /// Corpus row of each neighbour, `queries x k`.
     pub indices: Vec<u32>,
@@ -130,6 +130,44 @@ impl Neighbors {
     /// Neighbour distances of query `i`.
     pub fn distances_of(&self, i: usize) -> &[f32] {
         &self.distances[i * self.k..(i + 1) * self.k]
+    }
+}
+
+/// Where a run's answers are written: the arrays of an earlier answer that the caller lends
+/// ([`Knn::graph_into`](crate::Knn::graph_into)), or else memory fresh from the system.
+///
+/// Fresh pages cost the host more than the copies into them: the kernel zeroes each page on
+/// its first write (n=65536 k=1000: 524 MB of answers, 250 huge-page faults). Lent arrays of
+/// the right size are written in place, their pages already mapped. Every entry of the
+/// answer is written by the run either way, so nothing of the lent contents survives.
+#[derive(Default)]
+pub(crate) struct AnswerMemory(std::sync::Mutex<Option<(Vec<u32>, Vec<f32>)>>);
+
+impl AnswerMemory {
+    /// Lends `indices` and `distances` (of any length) to the next [`AnswerMemory::take`].
+    pub(crate) fn lent(indices: Vec<u32>, distances: Vec<f32>) -> Self {
+        let memory = AnswerMemory::default();
+        memory.lend(indices, distances);
+        memory
+    }
+
+    /// Lends `indices` and `distances` again (a round that rewrites every row of the answer).
+    pub(crate) fn lend(&self, indices: Vec<u32>, distances: Vec<f32>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((indices, distances));
+    }
+
+    /// Arrays of `len` entries for the answers: the lent ones where they can hold `len`
+    /// (once), fresh zeroed memory otherwise.
+    pub(crate) fn take(&self, len: usize) -> (Vec<u32>, Vec<f32>) {
+        let lent = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match lent {
+            Some((mut indices, mut distances)) if indices.capacity() >= len && distances.capacity() >= len => {
+                indices.resize(len, 0);
+                distances.resize(len, 0.0);
+                (indices, distances)
+            }
+            _ => (zeroed_answers(len), zeroed_answers(len)),
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use std::cmp::Ordering;
 
 use rayon::prelude::*;
 
-use crate::data::MatrixRef;
+use crate::data::{AnswerMemory, MatrixRef};
 use crate::metric::Metric;
 
 /// Marks a padding slot (fewer rows than candidates) and "no row to exclude".
@@ -100,6 +100,10 @@ pub(crate) fn write_row(metric: Metric, answer: impl Iterator<Item = (f64, u32)>
         m += 1;
     }
     order_ties_by_index(&mut ids[..m], &dists[..m]);
+    // A row short of k (not reached while k is at most the rows available) ends in zeros,
+    // as in fresh memory, whatever memory the answer was lent.
+    ids[m..].fill(0);
+    dists[m..].fill(0.0);
 }
 
 /// Lists the rows of one reported distance by index. `dists` is sorted (f32 distances are
@@ -128,6 +132,8 @@ pub(crate) struct Certify<'a> {
     pub error_bounds: &'a (dyn Fn() -> &'a [f64] + Sync),
     /// Keys are non-negative: every metric but inner product.
     pub floor_zero: bool,
+    /// Where ranked answers of every row are written.
+    pub answers: &'a AnswerMemory,
 }
 
 /// What one query asks.

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use rayon::prelude::*;
 
 use crate::cpu::CpuEngine;
-use crate::data::{Matrix, MatrixRef, Neighbors};
+use crate::data::{AnswerMemory, Matrix, MatrixRef, Neighbors};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuEngine, GpuTimes, MAX_CERTIFY_KC};
 use crate::metric::Metric;
@@ -249,6 +249,36 @@ impl Knn {
     ///
     /// `k` may be anything from 1 to the number of corpus rows.
     pub fn search(&self, corpus: MatrixRef<'_>, queries: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
+        self.search_in(corpus, queries, k, metric, AnswerMemory::default())
+    }
+
+    /// [`Knn::search`], writing the answer into `out`'s arrays where they can hold it.
+    ///
+    /// For callers that search again and again (batches of queries, benchmarks): the arrays of
+    /// the previous answer are written in place instead of memory fresh from the system, whose
+    /// pages the kernel zeroes on first write (at k=1000, 8 KB of answers a query). `out` may
+    /// hold any earlier answer, or be empty; on error it is left empty.
+    pub fn search_into(
+        &self,
+        corpus: MatrixRef<'_>,
+        queries: MatrixRef<'_>,
+        k: usize,
+        metric: Metric,
+        out: &mut Neighbors,
+    ) -> Result<()> {
+        let lent = lend(out);
+        *out = self.search_in(corpus, queries, k, metric, lent)?;
+        Ok(())
+    }
+
+    fn search_in(
+        &self,
+        corpus: MatrixRef<'_>,
+        queries: MatrixRef<'_>,
+        k: usize,
+        metric: Metric,
+        answers: AnswerMemory,
+    ) -> Result<Neighbors> {
         let shift = self.validate_corpus("corpus", corpus, metric)?;
         prepare::validate("queries", queries, metric)?;
         if corpus.cols() != queries.cols() {
@@ -256,7 +286,7 @@ impl Knn {
         }
         check_k(k, corpus.rows(), "the number of corpus rows")?;
         let exclude = vec![NONE; queries.rows()];
-        self.run(&Task { corpus, queries, shift, exclude, k, metric })
+        self.run(&Task { corpus, queries, shift, exclude, k, metric, answers })
     }
 
     /// The exact kNN graph of `data`: for every row its `k` nearest other rows (itself
@@ -264,17 +294,46 @@ impl Knn {
     ///
     /// `k` may be anything from 1 to n - 1 (n with `include_self`).
     pub fn graph(&self, data: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
+        self.graph_in(data, k, metric, AnswerMemory::default())
+    }
+
+    /// [`Knn::graph`], writing the answer into `out`'s arrays where they can hold it.
+    ///
+    /// For callers that build graphs again and again (many data sets of one size,
+    /// benchmarks): the arrays of the previous answer are written in place instead of memory
+    /// fresh from the system, whose pages the kernel zeroes on first write (n=65536 k=1000:
+    /// 524 MB). `out` may hold any earlier answer, or be empty; on error it is left empty.
+    ///
+    /// ```
+    /// use knng::{Backend, Knn, Matrix, Metric, Neighbors, Options};
+    ///
+    /// let knn = Knn::new(Options { backend: Backend::Cpu, ..Options::default() })?;
+    /// let mut graph = Neighbors::default();
+    /// for shift in [0.0f32, 10.0] {
+    ///     let data = Matrix::from_rows(&[[shift, 0.0], [shift + 1.0, 0.0], [shift + 3.0, 0.0]])?;
+    ///     knn.graph_into(data.view(), 1, Metric::Euclidean, &mut graph)?;
+    ///     assert_eq!(graph.indices, [1, 0, 1]);
+    /// }
+    /// # Ok::<(), knng::Error>(())
+    /// ```
+    pub fn graph_into(&self, data: MatrixRef<'_>, k: usize, metric: Metric, out: &mut Neighbors) -> Result<()> {
+        let lent = lend(out);
+        *out = self.graph_in(data, k, metric, lent)?;
+        Ok(())
+    }
+
+    fn graph_in(&self, data: MatrixRef<'_>, k: usize, metric: Metric, answers: AnswerMemory) -> Result<Neighbors> {
         crate::trace::mark(|| format!("graph of {} x {} rows, k = {k}", data.rows(), data.cols()));
         let shift = self.validate_corpus("data", data, metric)?;
         crate::trace::mark(|| "validated, mean".into());
         if self.options.include_self {
             check_k(k, data.rows(), "the number of rows")?;
             let exclude = vec![NONE; data.rows()];
-            self.run(&Task { corpus: data, queries: data, shift, exclude, k, metric })
+            self.run(&Task { corpus: data, queries: data, shift, exclude, k, metric, answers })
         } else {
             check_k(k, data.rows().saturating_sub(1), "the number of rows - 1 (the point itself is excluded)")?;
             let exclude: Vec<u32> = (0..data.rows() as u32).collect();
-            self.run(&Task { corpus: data, queries: data, shift, exclude, k, metric })
+            self.run(&Task { corpus: data, queries: data, shift, exclude, k, metric, answers })
         }
     }
 
@@ -334,8 +393,9 @@ impl Knn {
         };
         let nq = queries.rows();
         // Answers are written into the output as rows are proven; `pending` lists the others.
-        let mut indices: Vec<u32> = crate::data::zeroed_answers(nq * k);
-        let mut distances: Vec<f32> = crate::data::zeroed_answers(nq * k);
+        // The output's arrays come from the first round: the GPU's ranked rows, or else
+        // `task.answers`.
+        let (mut indices, mut distances) = (Vec::new(), Vec::new());
         let mut pending: Vec<usize> = (0..nq).collect();
         let mut kc = initial_candidates(k);
         let total = nq as u64;
@@ -371,6 +431,10 @@ impl Knn {
                 prepare::key_error_bound(metric, d, query_stats.scale[i], *corpus_max)
             };
             let all_rows = same_rows && pending.len() == nq;
+            if pending.len() == nq && !indices.is_empty() {
+                // No row was proven: this round rewrites the whole answer, in the same arrays.
+                task.answers.lend(std::mem::take(&mut indices), std::mem::take(&mut distances));
+            }
             let mut cands: Candidates = match &mut session {
                 Session::Cpu(s) => s.candidates(q_view, all_rows, ex_view, kc, &report),
                 Session::Gpu(s) => {
@@ -383,8 +447,12 @@ impl Knn {
                             pending.par_iter().map(|&i| error_bound(facts, i)).collect()
                         })
                     };
-                    let certify =
-                        Certify { k, error_bounds: &error_bounds, floor_zero: metric != Metric::InnerProduct };
+                    let certify = Certify {
+                        k,
+                        error_bounds: &error_bounds,
+                        floor_zero: metric != Metric::InnerProduct,
+                        answers: &task.answers,
+                    };
                     retry_smaller(g, || s.candidates(q_view, all_rows, ex_view, kc, Some(&certify), &report))?
                 }
             };
@@ -419,6 +487,8 @@ impl Knn {
             if let (true, Some(r)) = (in_place, ranked.as_mut()) {
                 indices = std::mem::take(&mut r.ids);
                 distances = std::mem::take(&mut r.distances);
+            } else if indices.is_empty() {
+                (indices, distances) = task.answers.take(nq * k);
             }
             let mut slot_of = vec![NONE; nq];
             for (slot, &i) in pending.iter().enumerate() {
@@ -459,6 +529,8 @@ impl Knn {
                             let (ids, dists) = ranked.row(slot, m);
                             row_ids[..m].copy_from_slice(ids);
                             row_dists[..m].copy_from_slice(dists);
+                            row_ids[m..].fill(0);
+                            row_dists[m..].fill(0.0);
                         }
                         return None;
                     } else {
@@ -513,6 +585,15 @@ struct Task<'a> {
     exclude: Vec<u32>,
     k: usize,
     metric: Metric,
+    /// Where the answer is written.
+    answers: AnswerMemory,
+}
+
+/// Lends `out`'s arrays to a run, leaving `out` empty until the run's answer replaces it.
+fn lend(out: &mut Neighbors) -> AnswerMemory {
+    let lent = AnswerMemory::lent(std::mem::take(&mut out.indices), std::mem::take(&mut out.distances));
+    (out.queries, out.k) = (0, 0);
+    lent
 }
 
 enum Session<'a> {

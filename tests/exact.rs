@@ -412,6 +412,46 @@ fn answers_published_during_the_next_tile_match_float64_oracle() {
     }
 }
 
+/// `graph_into` and `search_into` write every entry of the answer into the arrays they are
+/// lent: each case runs with arrays that hold poison (ids past every corpus, NaN distances)
+/// and room enough, and must match the oracle in those very arrays.
+fn run_lent(knn: &Knn) {
+    let mut out = knng::Neighbors::default();
+    for case in cases() {
+        let label = format!("[{}] {} (lent arrays)", knn.description(), case.name);
+        let len = case.queries.as_ref().unwrap_or(&case.corpus).rows() * case.k;
+        for (ids, dists) in [(&mut out.indices, &mut out.distances)] {
+            ids.resize(ids.len().max(len), 0);
+            dists.resize(dists.len().max(len), 0.0);
+            ids.fill(u32::MAX - 1);
+            dists.fill(f32::NAN);
+        }
+        let lent = (out.indices.as_ptr(), out.distances.as_ptr());
+        match &case.queries {
+            Some(queries) => {
+                knn.search_into(case.corpus.view(), queries.view(), case.k, case.metric, &mut out)
+                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+                check(&label, &case.corpus, queries, case.k, case.metric, false, &out);
+            }
+            None => {
+                knn.graph_into(case.corpus.view(), case.k, case.metric, &mut out)
+                    .unwrap_or_else(|e| panic!("{label}: {e}"));
+                check(&label, &case.corpus, &case.corpus, case.k, case.metric, true, &out);
+            }
+        }
+        assert_eq!((out.indices.as_ptr(), out.distances.as_ptr()), lent, "{label}: the answer is not in the lent arrays");
+    }
+}
+
+#[test]
+fn answers_written_into_lent_arrays_match_float64_oracle() {
+    run_lent(&Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap());
+    if let Some(knn) = gpu(false, None) {
+        run_lent(&knn);
+    }
+    run_lent(&gpu(true, None).expect("the workgroup select runs on every adapter"));
+}
+
 /// Rows present three times each: under correlation a row's duplicates are exactly 0 away on
 /// every backend (the float64 key divides by sqrt(x^2 y^2), and sqrt(a a) = a), and the
 /// answers match the oracle. 900 rows of 24 values, so that the GPU sums each key in groups.

@@ -718,11 +718,9 @@ impl CorpusSession<'_> {
             symmetric: tiles.symmetric,
             bounded: tiles.bounded.is_some(),
             shared_keys: buffers.shared_keys,
-            ranked: certify.map(|c| BackendRanked {
-                k: c.k,
-                ids: zeroed_answers(nq * c.k),
-                distances: zeroed_answers(nq * c.k),
-                status: vec![1; nq],
+            ranked: certify.map(|c| {
+                let (ids, distances) = c.answers.take(nq * c.k);
+                BackendRanked { k: c.k, ids, distances, status: vec![1; nq] }
             }),
         };
         if let Some(p) = &gpu.profiler {

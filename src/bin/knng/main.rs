@@ -204,7 +204,8 @@ struct BenchArgs {
     /// Query rows for `--what search`.
     #[arg(long, default_value_t = 1000, value_parser = at_least(1))]
     queries: u64,
-    /// Timed runs (the report gives the fastest).
+    /// Timed runs (the report gives the fastest, and the first). A graph or search writes
+    /// into the answer arrays of the run before it, as `Knn::graph_into` does.
     #[arg(long, default_value_t = 1, value_parser = at_least(1))]
     repeat: u64,
     /// Seed of the synthetic data.
