@@ -420,12 +420,10 @@ fn run_lent(knn: &Knn) {
     for case in cases() {
         let label = format!("[{}] {} (lent arrays)", knn.description(), case.name);
         let len = case.queries.as_ref().unwrap_or(&case.corpus).rows() * case.k;
-        for (ids, dists) in [(&mut out.indices, &mut out.distances)] {
-            ids.resize(ids.len().max(len), 0);
-            dists.resize(dists.len().max(len), 0.0);
-            ids.fill(u32::MAX - 1);
-            dists.fill(f32::NAN);
-        }
+        out.indices.resize(out.indices.len().max(len), 0);
+        out.distances.resize(out.distances.len().max(len), 0.0);
+        out.indices.fill(u32::MAX - 1);
+        out.distances.fill(f32::NAN);
         let lent = (out.indices.as_ptr(), out.distances.as_ptr());
         match &case.queries {
             Some(queries) => {
