@@ -21,13 +21,13 @@ fn uniform(n: usize, seed: u64) -> Vec<f32> {
 }
 
 impl GpuEngine {
-    /// Runs the first job untimed (the buffers' first use: zero-fill, driver allocation), then
-    /// all of them in one submission, as the engine submits its dispatches: wall seconds from
+    /// Runs the jobs untimed (the buffers' first use: zero-fill, driver allocation), then
+    /// all of them again in one submission, as the engine submits its dispatches: wall seconds from
     /// recording to completion (with `--profile`, not the timestamps' read-back after it).
     /// `cleared`: zeroed before the timed submission, in it (lists' lengths, which the warm-up
     /// filled).
     fn time_jobs(&self, jobs: &[Job<'_>], cleared: Option<&wgpu::Buffer>) -> Result<f64> {
-        let warm_up = self.submit(self.ctx.device.create_command_encoder(&Default::default()), &jobs[..1])?;
+        let warm_up = self.submit(self.ctx.device.create_command_encoder(&Default::default()), jobs)?;
         self.completion(warm_up)?;
         self.take_profile();
         let started = std::time::Instant::now();
@@ -78,17 +78,33 @@ impl GpuEngine {
             last_keys = tile_keys;
             dist.push(buffer);
         }
-        let aux: Vec<wgpu::Buffer> = AUX_NAMES
-            .into_iter()
-            .map(|name| self.buffer(name, tile_rows as u64 * row_bytes, storage))
-            .collect::<Result<_>>()?;
-        let out = self.buffer("selected", (tile_rows * k * 8) as u64, storage)?;
-        let failed = self.buffer("failed", (tile_rows * 4) as u64, storage)?;
-        // Bounds are written, shortlists unused (one tile, no merge).
-        let row_state = self.buffer("row state", (tile_rows * 8) as u64, storage)?;
-        let no_shortlist_len = self.buffer("no shortlist lengths", 16, storage)?;
-        let no_shortlist = self.buffer("no shortlist", 16, storage)?;
-        self.ctx.wait()?;
+        // Each tile selects into buffers of its own where they fit, so that no barrier orders
+        // the tiles and the GPU runs them as the one dispatch the binding limit forbids; where
+        // they do not fit, the tiles share one set and run in turn.
+        let scratch = |tile: usize| -> Result<Vec<wgpu::Buffer>> {
+            let mut set: Vec<wgpu::Buffer> = AUX_NAMES
+                .into_iter()
+                .map(|name| self.buffer(name, tile_rows as u64 * row_bytes, storage))
+                .collect::<Result<_>>()?;
+            set.push(self.buffer("selected", (tile_rows * k * 8) as u64, storage)?);
+            set.push(self.buffer("failed", (tile_rows * 4) as u64, storage)?);
+            // Bounds are written, shortlists unused (one tile, no merge).
+            set.push(self.buffer("row state", (tile_rows * 8) as u64, storage)?);
+            set.push(self.buffer("no shortlist lengths", 16, storage)?);
+            set.push(self.buffer("no shortlist", 16, storage)?);
+            self.ctx.wait()?;
+            crate::trace::mark(|| format!("select bench: buffers of tile {tile}"));
+            Ok(set)
+        };
+        let mut sets = vec![scratch(0)?];
+        for tile in 1..tiles.len() {
+            match scratch(tile) {
+                Ok(set) => sets.push(set),
+                Err(Error::OutOfMemory(_)) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        let set_of = |tile: usize| &sets[tile % sets.len()];
         let mut params = ParamSlots::default();
         let mut groups = Vec::new();
         for &(_, r) in &tiles {
@@ -109,24 +125,10 @@ impl GpuEngine {
         let uniform = self.upload_uniform(&params)?;
         let binds: Vec<wgpu::BindGroup> = dist
             .iter()
-            .map(|keys| {
-                bind_group(
-                    &self.ctx.device,
-                    &self.select.layout,
-                    &uniform,
-                    &[
-                        keys,
-                        &aux[0],
-                        &aux[1],
-                        &aux[2],
-                        &aux[3],
-                        &out,
-                        &failed,
-                        &row_state,
-                        &no_shortlist_len,
-                        &no_shortlist,
-                    ],
-                )
+            .enumerate()
+            .map(|(tile, keys)| {
+                let storage: Vec<&wgpu::Buffer> = std::iter::once(keys).chain(set_of(tile)).collect();
+                bind_group(&self.ctx.device, &self.select.layout, &uniform, &storage)
             })
             .collect();
         let jobs: Vec<Job<'_>> = groups
@@ -135,19 +137,25 @@ impl GpuEngine {
             .map(|(&(offset, groups), bind)| Job { step: Step::SelectRows, offset, groups, bind })
             .collect();
         let wall = self.time_jobs(&jobs, None)?;
-        // A benchmark of wrong answers would be worthless: check the flags (every tile's), and
-        // every row of the last tile, whose answers the output holds, against a selection on
-        // the host.
-        let flags: Vec<u32> = read_back(self, &failed, None)?;
-        let unfinished = flags.iter().filter(|&&f| f & 1 != 0).count();
-        if unfinished > 0 {
-            return Err(Error::Gpu(format!(
-                "select-only benchmark: {unfinished} of the last {} rows did not finish within the pass limit \
-                 (the search falls back to the host for such rows)",
-                flags.len()
-            )));
+        // A benchmark of wrong answers would be worthless: check the flags of every set (the
+        // last tile of each), and every row of the last tile, whose answers its set's output
+        // holds, against a selection on the host.
+        const FAILED: usize = AUX_NAMES.len() + 1;
+        const SELECTED: usize = AUX_NAMES.len();
+        for (at, set) in sets.iter().enumerate() {
+            let last_tile = (at..tiles.len()).step_by(sets.len()).last().unwrap_or(at);
+            let flags: Vec<u32> = read_back(self, &set[FAILED], Some(tiles[last_tile].1 * 4))?;
+            let unfinished = flags.iter().filter(|&&f| f & 1 != 0).count();
+            if unfinished > 0 {
+                return Err(Error::Gpu(format!(
+                    "select-only benchmark: {unfinished} of the {} rows from row {} did not finish within the \
+                     pass limit (the search falls back to the host for such rows)",
+                    flags.len(),
+                    tiles[last_tile].0
+                )));
+            }
         }
-        let selected: Vec<[u32; 2]> = read_back(self, &out, None)?;
+        let selected: Vec<[u32; 2]> = read_back(self, &set_of(tiles.len() - 1)[SELECTED], None)?;
         let (last_r0, last_rows) = tiles[tiles.len() - 1];
         let wrong = (0..last_rows).into_par_iter().find_first(|&r| {
             let row = &last_keys[r * stride..r * stride + cols];

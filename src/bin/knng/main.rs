@@ -208,6 +208,10 @@ struct BenchArgs {
     /// into the answer arrays of the run before it, as `Knn::graph_into` does.
     #[arg(long, default_value_t = 1, value_parser = at_least(1))]
     repeat: u64,
+    /// Every graph or search writes its answer into memory fresh from the system, as
+    /// `Knn::graph` does, not into the arrays of the run before.
+    #[arg(long)]
+    fresh_answers: bool,
     /// Seed of the synthetic data.
     #[arg(long, default_value_t = 1)]
     seed: u64,
