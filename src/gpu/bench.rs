@@ -143,7 +143,7 @@ impl GpuEngine {
         const FAILED: usize = AUX_NAMES.len() + 1;
         const SELECTED: usize = AUX_NAMES.len();
         for (at, set) in sets.iter().enumerate() {
-            let last_tile = (at..tiles.len()).step_by(sets.len()).last().unwrap_or(at);
+            let last_tile = (at..tiles.len()).step_by(sets.len()).next_back().unwrap_or(at);
             let flags: Vec<u32> = read_back(self, &set[FAILED], Some(tiles[last_tile].1 * 4))?;
             let unfinished = flags.iter().filter(|&&f| f & 1 != 0).count();
             if unfinished > 0 {
