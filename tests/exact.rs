@@ -346,6 +346,11 @@ fn run_bounded(no_subgroups: bool) {
             if case.name.contains("every 4th skips") {
                 assert!(stats.rows_overflowed >= 400, "{label}: the cluster's lists did not overflow");
                 searched_again += 1;
+            } else {
+                // Bounds four deviations from the list's ends leave a row short or overflowing
+                // rarely: many such rows mean bounds that are not the rows' own.
+                let rows = case.corpus.rows();
+                assert!(stats.rows_overflowed <= rows / 100, "{label}: {} rows short or overflowed", stats.rows_overflowed);
             }
         }
         if !case.name.contains("f32's range") {

@@ -54,7 +54,10 @@ impl EngineArgs {
 }
 
 pub fn seconds(t: f64) -> String {
-    if t < 1.0 {
+    if t < 0.01 {
+        // Single kernels and small runs take a few milliseconds: whole ones would hide changes.
+        format!("{:.2} ms", t * 1e3)
+    } else if t < 1.0 {
         format!("{:.0} ms", t * 1e3)
     } else {
         format!("{t:.2} s")

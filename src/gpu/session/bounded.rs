@@ -9,10 +9,14 @@
 use super::{distance_buffers, CorpusSession, QueryTile, TileBuffers};
 use crate::error::Result;
 use crate::gpu::{
-    bind_group, grid, metric_modes, publishing_groups, DistanceParams, FilterParams, GatherParams, Job, ParamSlots,
+    bind_group, bind_group_at, grid, metric_modes, publishing_groups, DistanceParams, FilterParams, GatherParams, Job, ParamSlots,
     ShortSelectParams, Step, FILTER_STRIP, SHORT_SELECT_LISTS, SHORT_SELECT_SAMPLE, TILE_M, TILE_N,
 };
-use crate::plan::TilePlan;
+use crate::plan::{self, TilePlan};
+
+/// Rows of a chunk of the sample's queries, bound at the chunk's first row: its vectors' and
+/// norms' offsets are then whole multiples of 256 bytes.
+const QUERY_ALIGN: usize = 64;
 
 impl CorpusSession<'_> {
     /// Gives every row its bound: its key of rank `rank` against the sample's rows, into
@@ -46,11 +50,23 @@ impl CorpusSession<'_> {
         let job = Job { step: Step::GatherRows, offset, groups: (gx, gy), bind: &bind };
         gpu.submit(device.create_command_encoder(&Default::default()), &[job])?;
 
-        let distance_bind = bind_group(device, &gpu.distance.layout, &b.uniform, &distance_buffers(b, &rows_of_sample));
+        // Every row against the sample in as few dispatches as the dense tile's buffer allows
+        // (one at n=65536: 65536 x 2048 keys in its 1 GB), the queries read straight from the
+        // resident corpus. In query tiles of the sweep's size the sample took 16 small GEMMs
+        // and selects, each too small to fill the GPU, and as many submissions.
         let select_bind = self.short_select_bind(b);
         let cols = sample.sample_rows;
-        for q0 in (0..n).step_by(tiles.query_rows) {
-            let rows = tiles.query_rows.min(n - q0);
+        let held = (b.dist.size() / 4 / cols as u64) as usize;
+        // Chunks after the first are bound at their first row: offsets of whole 256 bytes.
+        let chunk = if held >= n { n } else { (held / QUERY_ALIGN * QUERY_ALIGN).max(QUERY_ALIGN) };
+        debug_assert!(chunk * cols <= (b.dist.size() / 4) as usize, "the dense tile holds the sample's keys");
+        let row_bytes = plan::prepared_row_bytes(d);
+        for q0 in (0..n).step_by(chunk) {
+            let rows = chunk.min(n - q0);
+            let mut buffers: Vec<(&wgpu::Buffer, u64)> = distance_buffers(b, &rows_of_sample).map(|b| (b, 0)).to_vec();
+            buffers[0] = (&corpus.vectors, q0 as u64 * row_bytes);
+            buffers[2] = (&corpus.norms, q0 as u64 * 4);
+            let distance_bind = bind_group_at(device, &gpu.distance.layout, &b.uniform, &buffers);
             let mut params = ParamSlots::default();
             let gemm_tiles = rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize);
             let (gx, gy) = grid(gemm_tiles, gpu.max_groups);
@@ -81,9 +97,7 @@ impl CorpusSession<'_> {
             });
             let select = Job { step: Step::SelectShort, offset, groups: (sx, sy), bind: &select_bind };
             gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
-            let mut encoder = device.create_command_encoder(&Default::default());
-            self.copy_corpus_rows(&mut encoder, q0, rows, b);
-            gpu.submit(encoder, &[distance, select])?;
+            gpu.submit(device.create_command_encoder(&Default::default()), &[distance, select])?;
         }
         crate::trace::mark(|| format!("bounds of {n} rows from {cols} sampled (submitted)"));
         Ok(())
