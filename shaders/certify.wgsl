@@ -29,14 +29,7 @@ struct Params {
     _pad1: u32,
 }
 
-// Invocations of `certify_runs`, whose binary searches want many.
 const WG: u32 = 256u;
-// Invocations of the kernels that sort a row in workgroup memory (`sort_pairs`): a trip of the
-// sort holds PER pairs an invocation, so MAX_KC / PER invocations keep every pair in registers.
-const SORT_WG: u32 = 64u;
-// Pairs an invocation holds in registers on one trip through workgroup memory: four stages of
-// the network a trip. Literal in the unrolled loops below (16u).
-const PER: u32 = 16u;
 const NONE: u32 = 0xffffffffu;
 // The key of a NONE pair (see `before`).
 const NONE_KEY: f64 = 1.0e308lf;
@@ -104,7 +97,7 @@ fn before(a_key: f64, a_id: u32, b_key: f64, b_id: u32) -> bool {
     return a_key < b_key || (a_key == b_key && a_id < b_id);
 }
 
-@compute @workgroup_size(SORT_WG)
+@compute @workgroup_size(WG)
 fn certify_rows(
     @builtin(local_invocation_index) lid: u32,
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -120,7 +113,7 @@ fn certify_rows(
     let summary = load_and_sort(lid, base, kc, own);
     let valid = summary.x;
 
-    for (var r = lid; r < min(params.k, valid); r += SORT_WG) {
+    for (var r = lid; r < min(params.k, valid); r += WG) {
         ranked_ids[row * params.k + r] = row_ids[slot(r)];
         ranked_distances[row * params.k + r] = reported(row_keys[slot(r)]);
     }
@@ -156,7 +149,7 @@ fn load_and_sort(lid: u32, base: u32, len: u32, own: u32) -> vec2<u32> {
     var count = 0u;
     var top = bitcast<f32>(0xff800000u);
     let sorted = bitonic_length(len);
-    for (var i = lid; i < sorted; i += SORT_WG) {
+    for (var i = lid; i < sorted; i += WG) {
         var id = NONE;
         var key = NONE_KEY;
         if (i < len) {
@@ -176,7 +169,7 @@ fn load_and_sort(lid: u32, base: u32, len: u32, own: u32) -> vec2<u32> {
     valid_count[lid] = count;
     largest[lid] = top;
     workgroupBarrier();
-    for (var stride = SORT_WG / 2u; stride > 0u; stride /= 2u) {
+    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
         if (lid < stride) {
             valid_count[lid] += valid_count[lid + stride];
             largest[lid] = max(largest[lid], largest[lid + stride]);
@@ -190,147 +183,89 @@ fn load_and_sort(lid: u32, base: u32, len: u32, own: u32) -> vec2<u32> {
 }
 
 // The pairs a bitonic sort of `len` pairs works on: `len` rounded up to a power of two, at
-// least PER (`sort_pairs` starts with PER neighbouring pairs an invocation), the rest padding.
+// least 4 (`sort_pairs` takes four at a time), the rest padding.
 fn bitonic_length(len: u32) -> u32 {
-    var sorted = PER;
+    var sorted = 4u;
     while (sorted < len) {
         sorted *= 2u;
     }
     return sorted;
 }
 
-// Bitonic sort of the first `sorted` (a power of two, at least PER) pairs of `row_keys` and
+// Bitonic sort of the first `sorted` (a power of two, at least 4) pairs of `row_keys` and
 // `row_ids`, by (key, index) or, without `by_key`, by index alone (the keys travel along).
-// Each trip through workgroup memory runs up to four of the network's stages on PER pairs an
-// invocation holds in registers: the first trip every stage of the merges of 2 to 16 pairs,
-// each later one four stages of a merge (strides 8h, 4h, 2h and h). A row of 1024 pairs takes
-// 15 trips, where two stages a trip took 30 (notes/exactness.md, "The ranking in registers").
+// Each trip through workgroup memory runs two of the network's stages, strides 2h and h, on
+// four slots per invocation held in registers: half the barriers and half the workgroup
+// memory traffic of a stage per trip (notes/exactness.md).
 fn sort_pairs(lid: u32, sorted: u32, by_key: bool) {
-    sort_runs_of_16(lid, sorted, by_key);
-    for (var size = 2u * PER; size <= sorted; size *= 2u) {
+    for (var size = 2u; size <= sorted; size *= 2u) {
         var stride = size / 2u;
         loop {
-            let stages = min(4u, firstTrailingBit(stride) + 1u);
-            let h = stride >> (stages - 1u);
-            merge_trip(lid, sorted, size, h, stages, by_key);
-            if (h == 1u) {
+            let h = max(stride / 2u, 1u);
+            // h is a power of two: shifts and masks instead of a division by a variable, which
+            // costs a few dozen instructions on GPUs without an integer divider.
+            let lh = firstTrailingBit(h);
+            for (var g = lid; g < sorted / 4u; g += WG) {
+                // g with zero bits inserted at h and 2h: the first of slots s, s + h, s + 2h, s + 3h.
+                let s = ((g >> lh) << (lh + 2u)) | (g & (h - 1u));
+                var k0 = row_keys[slot(s)];
+                var i0 = row_ids[slot(s)];
+                var k1 = row_keys[slot(s + h)];
+                var i1 = row_ids[slot(s + h)];
+                var k2 = row_keys[slot(s + 2u * h)];
+                var i2 = row_ids[slot(s + 2u * h)];
+                var k3 = row_keys[slot(s + 3u * h)];
+                var i3 = row_ids[slot(s + 3u * h)];
+                let ascending = (s & size) == 0u;
+                if (stride > 1u) {
+                    exchange(&k0, &i0, &k2, &i2, ascending, by_key);
+                    exchange(&k1, &i1, &k3, &i3, ascending, by_key);
+                }
+                // With size 2, slots s + 2 and s + 3 belong to the next, descending, pair.
+                exchange(&k0, &i0, &k1, &i1, ascending, by_key);
+                exchange(&k2, &i2, &k3, &i3, ((s + 2u * h) & size) == 0u, by_key);
+                row_keys[slot(s)] = k0;
+                row_ids[slot(s)] = i0;
+                row_keys[slot(s + h)] = k1;
+                row_ids[slot(s + h)] = i1;
+                row_keys[slot(s + 2u * h)] = k2;
+                row_ids[slot(s + 2u * h)] = i2;
+                row_keys[slot(s + 3u * h)] = k3;
+                row_ids[slot(s + 3u * h)] = i3;
+            }
+            workgroupBarrier();
+            if (stride <= 2u) {
                 break;
             }
-            stride = h / 2u;
+            stride /= 4u;
         }
     }
 }
 
-// The first trip of `sort_pairs`: each run of 16 neighbouring pairs sorted in registers,
-// ascending and descending in turn, as the merges of 2, 4, 8 and 16 pairs leave them.
-fn sort_runs_of_16(lid: u32, sorted: u32, by_key: bool) {
-    for (var g = lid; g < sorted / 16u; g += SORT_WG) {
-        let s = g * 16u;
-        var key: array<f64, 16>;
-        var id: array<u32, 16>;
-        // unroll(j, 16u)
-        for (var j = 0u; j < 16u; j++) {
-            key[j] = row_keys[slot(s + j)];
-            id[j] = row_ids[slot(s + j)];
-        }
-        // Merge sizes 2 << a; strides (1 << a) >> b for b <= a.
-        // unroll(a, 4u)
-        for (var a = 0u; a < 4u; a++) {
-            // unroll(b, 4u)
-            for (var b = 0u; b < 4u; b++) {
-                if (b <= a) {
-                    const stride = (1u << a) >> min(b, a);
-                    // unroll(j, 16u)
-                    for (var j = 0u; j < 16u; j++) {
-                        // j | stride is j + stride where it is used, and a valid index in
-                        // the branches never taken, which are validated all the same. (The
-                        // comparator is written out: naga 30's SPIR-V output fails on
-                        // pointers to array elements passed to a function.)
-                        if ((j & stride) == 0u) {
-                            let o = j | stride;
-                            if (swaps(key[j], id[j], key[o], id[o], ((s + j) & (2u << a)) == 0u, by_key)) {
-                                let first_key = key[j];
-                                let first_id = id[j];
-                                key[j] = key[o];
-                                id[j] = id[o];
-                                key[o] = first_key;
-                                id[o] = first_id;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        // unroll(j, 16u)
-        for (var j = 0u; j < 16u; j++) {
-            row_keys[slot(s + j)] = key[j];
-            row_ids[slot(s + j)] = id[j];
-        }
+// One comparator of the network: slots a and b (a first) in `ascending` order or the reverse.
+fn exchange(
+    a_key: ptr<function, f64>,
+    a_id: ptr<function, u32>,
+    b_key: ptr<function, f64>,
+    b_id: ptr<function, u32>,
+    ascending: bool,
+    by_key: bool,
+) {
+    let b_first = select(before(0.0lf, *b_id, 0.0lf, *a_id), before(*b_key, *b_id, *a_key, *a_id), by_key);
+    if (b_first == ascending) {
+        let key = *a_key;
+        let id = *a_id;
+        *a_key = *b_key;
+        *a_id = *b_id;
+        *b_key = key;
+        *b_id = id;
     }
-    workgroupBarrier();
-}
-
-// One trip of a merge of `size` pairs: its `stages` (1 to 4) stages of strides
-// h << (stages - 1) down to h, on groups of 1 << stages pairs h apart. A group lies inside
-// one run of `size` (it spans twice the largest stride, at most `size`), so all its
-// comparators sort the same way.
-fn merge_trip(lid: u32, sorted: u32, size: u32, h: u32, stages: u32, by_key: bool) {
-    let lh = firstTrailingBit(h);
-    let per = 1u << stages;
-    for (var g = lid; g < sorted / per; g += SORT_WG) {
-        // g with `stages` zero bits inserted at h: the group's first slot.
-        let s = ((g >> lh) << (lh + stages)) | (g & (h - 1u));
-        let ascending = (s & size) == 0u;
-        var key: array<f64, 16>;
-        var id: array<u32, 16>;
-        // unroll(j, 16u)
-        for (var j = 0u; j < 16u; j++) {
-            if (j < per) {
-                key[j] = row_keys[slot(s + j * h)];
-                id[j] = row_ids[slot(s + j * h)];
-            }
-        }
-        // The trip's stages from the top: pairs (j, j + 2^i) for i = stages - 1 down to 0.
-        // unroll(level, 4u)
-        for (var level = 0u; level < 4u; level++) {
-            const i = 3u - level;
-            if (i < stages) {
-                // unroll(j, 16u)
-                for (var j = 0u; j < 16u; j++) {
-                    let o = j | (1u << i);
-                    if ((j & (1u << i)) == 0u && o < per && swaps(key[j], id[j], key[o], id[o], ascending, by_key)) {
-                        let first_key = key[j];
-                        let first_id = id[j];
-                        key[j] = key[o];
-                        id[j] = id[o];
-                        key[o] = first_key;
-                        id[o] = first_id;
-                    }
-                }
-            }
-        }
-        // unroll(j, 16u)
-        for (var j = 0u; j < 16u; j++) {
-            if (j < per) {
-                row_keys[slot(s + j * h)] = key[j];
-                row_ids[slot(s + j * h)] = id[j];
-            }
-        }
-    }
-    workgroupBarrier();
-}
-
-// Whether one comparator of the network swaps pairs a and b (a first) to put them in
-// `ascending` order, or the reverse.
-fn swaps(a_key: f64, a_id: u32, b_key: f64, b_id: u32, ascending: bool, by_key: bool) -> bool {
-    let b_first = select(before(0.0lf, b_id, 0.0lf, a_id), before(b_key, b_id, a_key, a_id), by_key);
-    return b_first == ascending;
 }
 
 // A symmetric sweep's lists (kc <= MAX_KC), before exact keys shared by mutual neighbours
 // (`copy_mutual_keys` in refine.wgsl): each row's pairs sorted in place by index, padding
 // last, so that any index's slot is found by binary search. The fp32 keys travel along.
-@compute @workgroup_size(SORT_WG)
+@compute @workgroup_size(WG)
 fn sort_by_index(
     @builtin(local_invocation_index) lid: u32,
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -341,7 +276,7 @@ fn sort_by_index(
     }
     let base = row * params.kc;
     let sorted = bitonic_length(params.kc);
-    for (var i = lid; i < sorted; i += SORT_WG) {
+    for (var i = lid; i < sorted; i += WG) {
         var c = vec2<u32>(0u, NONE);
         if (i < params.kc) {
             c = candidates[base + i];
@@ -352,7 +287,7 @@ fn sort_by_index(
     }
     workgroupBarrier();
     sort_pairs(lid, sorted, false);
-    for (var i = lid; i < params.kc; i += SORT_WG) {
+    for (var i = lid; i < params.kc; i += WG) {
         candidates[base + i] = vec2<u32>(u32(row_keys[slot(i)]), row_ids[slot(i)]);
     }
 }
@@ -360,7 +295,7 @@ fn sort_by_index(
 // Lists longer than MAX_KC, pass 1: sorts run `wid % runs` of row `wid / runs` in place (its
 // valid pairs first, by (exact key, index); the query itself and padding after them, as
 // NONE) and records the run's valid pairs and largest fp32 key.
-@compute @workgroup_size(SORT_WG)
+@compute @workgroup_size(WG)
 fn sort_runs(
     @builtin(local_invocation_index) lid: u32,
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -376,7 +311,7 @@ fn sort_runs(
     let len = min(MAX_KC, params.kc - start);
     let base = row * params.kc + start;
     let summary = load_and_sort(lid, base, len, row_state[row].x);
-    for (var i = lid; i < len; i += SORT_WG) {
+    for (var i = lid; i < len; i += WG) {
         candidates[base + i] = vec2<u32>(0u, row_ids[slot(i)]);
         exact[base + i] = row_keys[slot(i)];
     }

@@ -581,7 +581,7 @@ impl GpuEngine {
             let slots = [RW, RW, RO, RO, RW, RW, RW, RW];
             let constants = [("MAX_KC", MAX_CERTIFY_KC as f64)];
             Some(ctx.allocating(|| {
-                let module = shader_module(&ctx, "certify", &shaders::certify(), Checks::EndingLoops);
+                let module = shader_module(&ctx, "certify", shaders::CERTIFY, Checks::EndingLoops);
                 let rows = kernel(&ctx, "certify", &module, "certify_rows", &slots, &constants);
                 let sort_runs = pipeline(&ctx, "sort runs", &rows.layout, &module, "sort_runs", &constants);
                 let certify_runs = pipeline(&ctx, "certify runs", &rows.layout, &module, "certify_runs", &constants);

@@ -36,7 +36,7 @@ const REFINE_SCALAR: &str = include_str!("../../shaders/refine_scalar.wgsl");
 /// Rows read as vec4s, several loads in flight (`shaders/refine_vec4.wgsl`), before unrolling.
 const REFINE_VEC4: &str = include_str!("../../shaders/refine_vec4.wgsl");
 /// Ranking by exact keys and the certificate, per row (`shaders/certify.wgsl`); needs SHADER_F64.
-const CERTIFY: &str = include_str!("../../shaders/certify.wgsl");
+pub const CERTIFY: &str = include_str!("../../shaders/certify.wgsl");
 /// One subgroup per row, for short rows (`shaders/select_per_subgroup.wgsl`).
 const SELECT_PER_SUBGROUP: &str = include_str!("../../shaders/select_per_subgroup.wgsl");
 /// The `select_rows` entry point without subgroups (`shaders/select_entry_workgroup.wgsl`).
@@ -117,11 +117,6 @@ pub fn filter_two_sided() -> String {
 pub fn bounded_lists() -> String {
     let per = (crate::plan::MAX_SHORT_SELECT / 256) as u32;
     unroll(BOUNDED_LISTS, &[("PER", per)])
-}
-
-/// The ranking and certificate kernels, their sorts' marked loops unrolled.
-pub fn certify() -> String {
-    unroll(CERTIFY, &[])
 }
 
 /// Loads of each row in flight per invocation and step in refine_vec4.wgsl (`DEPTH`).
@@ -207,6 +202,6 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("select_workgroup", select(false), false, false),
         m("refine_scalar", refine(false), false, true),
         m("refine_vec4", refine(true), false, true),
-        m("certify", certify(), false, true),
+        m("certify", CERTIFY.to_string(), false, true),
     ]
 }
