@@ -119,13 +119,15 @@ def main():
         # submission), the kernel's GPU time from a profiled one.
         cmd = [KNNG, "bench", "--what", "select", "--rows", "8192", "--cols", "65536", "-k", str(k),
                "--backend", "gpu", "--repeat", "3", "--json"]
-        runs = [subprocess.run(c, capture_output=True, text=True) for c in (cmd, cmd + ["--profile"])]
+        # The wall time is the better of two processes: on some machine starts the first select
+        # process (right after the distance benchmarks) ran 2-3x slower in all its repeats.
+        runs = [subprocess.run(c, capture_output=True, text=True) for c in (cmd, cmd, cmd + ["--profile"])]
         failed = next((run for run in runs if run.returncode != 0), None)
         if failed is not None:
             print(f"select 8192 x 65536 k={k}: knng failed: {failed.stderr.strip()}; torch.topk {peer_ms:.2f} ms")
             continue
-        r, prof = (json.loads(run.stdout.strip().splitlines()[-1]) for run in runs)
-        ms = r["seconds"] * 1e3
+        first, second, prof = (json.loads(run.stdout.strip().splitlines()[-1]) for run in runs)
+        ms = min(first["seconds"], second["seconds"]) * 1e3
         # The span from the first kernel's start to the last one's end: the tiles' kernels may
         # overlap (each tile has buffers of its own), and the sum of their times would count
         # the overlap twice.
