@@ -350,7 +350,11 @@ fn run_bounded(no_subgroups: bool) {
                 // Bounds four deviations from the list's ends leave a row short or overflowing
                 // rarely: many such rows mean bounds that are not the rows' own.
                 let rows = case.corpus.rows();
-                assert!(stats.rows_overflowed <= rows / 100, "{label}: {} rows short or overflowed", stats.rows_overflowed);
+                assert!(
+                    stats.rows_overflowed <= rows / 100,
+                    "{label}: {} rows short or overflowed",
+                    stats.rows_overflowed
+                );
             }
         }
         if !case.name.contains("f32's range") {
@@ -442,7 +446,11 @@ fn run_lent(knn: &Knn) {
                 check(&label, &case.corpus, &case.corpus, case.k, case.metric, true, &out);
             }
         }
-        assert_eq!((out.indices.as_ptr(), out.distances.as_ptr()), lent, "{label}: the answer is not in the lent arrays");
+        assert_eq!(
+            (out.indices.as_ptr(), out.distances.as_ptr()),
+            lent,
+            "{label}: the answer is not in the lent arrays"
+        );
     }
 }
 

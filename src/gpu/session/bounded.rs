@@ -9,8 +9,8 @@
 use super::{distance_buffers, CorpusSession, QueryTile, TileBuffers};
 use crate::error::Result;
 use crate::gpu::{
-    bind_group, bind_group_at, grid, metric_modes, publishing_groups, DistanceParams, FilterParams, GatherParams, Job, ParamSlots,
-    ShortSelectParams, Step, FILTER_STRIP, SHORT_SELECT_LISTS, SHORT_SELECT_SAMPLE, TILE_M, TILE_N,
+    bind_group, bind_group_at, grid, metric_modes, publishing_groups, DistanceParams, FilterParams, GatherParams, Job,
+    ParamSlots, ShortSelectParams, Step, FILTER_STRIP, SHORT_SELECT_LISTS, SHORT_SELECT_SAMPLE, TILE_M, TILE_N,
 };
 use crate::plan::{self, TilePlan};
 
