@@ -52,8 +52,8 @@ impl CorpusSession<'_> {
 
         // Every row against the sample in as few dispatches as the dense tile's buffer allows
         // (one at n=65536: 65536 x 2048 keys in its 1 GB), the queries read straight from the
-        // resident corpus. In query tiles of the sweep's size the sample took 16 small GEMMs
-        // and selects, each too small to fill the GPU, and as many submissions.
+        // resident corpus: in the sweep's query tiles, each GEMM (4096 x 2048 at n=65536) and
+        // select would be too small to fill the GPU, and each a submission of its own.
         let select_bind = self.short_select_bind(b);
         let cols = sample.sample_rows;
         let held = (b.dist.size() / 4 / cols as u64) as usize;
