@@ -1,8 +1,8 @@
 //! `knng bench --what select` and `--what distance`: one kernel alone.
 
 use super::{
-    bind_group, grid, read_back, DistanceParams, FilterParams, GpuEngine, GpuTimes, Job, ParamSlots, SelectParams,
-    Step, AUX_NAMES, FILTER_STRIP, TILE_M, TILE_N,
+    bind_group, gemm_tiles, grid, read_back, DistanceParams, FilterParams, GpuEngine, GpuTimes, Job, ParamSlots,
+    SelectParams, Step, AUX_NAMES, FILTER_STRIP, TILE_M, TILE_N,
 };
 use crate::error::{Error, Result};
 use rayon::prelude::*;
@@ -323,7 +323,7 @@ impl GpuEngine {
         let mut last_params = DistanceParams::default();
         for c0 in (0..cols).step_by(tile_cols) {
             let c_rows = tile_cols.min(cols - c0);
-            let (gx, gy) = grid(rows.div_ceil(TILE_M as usize) * c_rows.div_ceil(TILE_N as usize), self.max_groups);
+            let (gx, gy) = grid(gemm_tiles(rows, c_rows), self.max_groups);
             last_params = DistanceParams {
                 q_rows: rows as u32,
                 c_rows: c_rows as u32,
@@ -349,8 +349,7 @@ impl GpuEngine {
         // holds the keys of those rows alone).
         let last = (cols - 1) / tile_cols * tile_cols;
         let checked_rows = rows.min(CHECKED_ROWS);
-        let check_groups =
-            grid(checked_rows.div_ceil(TILE_M as usize) * (cols - last).div_ceil(TILE_N as usize), self.max_groups);
+        let check_groups = grid(gemm_tiles(checked_rows, cols - last), self.max_groups);
         let check_params = DistanceParams { q_rows: checked_rows as u32, groups_x: check_groups.0, ..last_params };
         let plain_check_offset = params.push(DistanceParams { shortlist_cap: 0, ..check_params });
         let check_offset = params.push(check_params);

@@ -97,6 +97,11 @@ const MAX_TILE_K: u32 = 32;
 const _: () = assert!((TILE_M / 4 + TILE_N / 4) * (MAX_TILE_K / 4) <= 2 * (TILE_M / 8) * (TILE_N / 8));
 const _: () = assert!(TILE_M.is_multiple_of(8) && TILE_N.is_multiple_of(8) && TILE_K.is_multiple_of(4));
 
+/// Workgroup tiles of the distance GEMM over `rows` query rows and `cols` corpus rows.
+fn gemm_tiles(rows: usize, cols: usize) -> usize {
+    rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize)
+}
+
 /// In the publishing distance kernel, every this many workgroups one copies answers instead of
 /// computing a tile (`PUBLISH_STRIDE` in distance_publish.wgsl, built in by `shaders::distance`).
 const PUBLISH_STRIDE: usize = 16;

@@ -8,10 +8,10 @@ use std::collections::VecDeque;
 use rayon::prelude::*;
 
 use super::{
-    bind_group, bind_group_at, bind_group_ranges, grid, metric_modes, publishing_groups, read_mapped, refine_group,
-    reported_as, scalar_refine_group, CertifyParams, DistanceParams, GpuEngine, Job, Mapping, NormsParams, ParamSlots,
-    PreparedRows, RefineParams, SelectParams, Step, AUX_NAMES, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, REFINE_WG,
-    TILE_M, TILE_N, WIDE_MERGE_KC, WIDE_ROWS,
+    bind_group, bind_group_at, bind_group_ranges, gemm_tiles, grid, metric_modes, publishing_groups, read_mapped,
+    refine_group, reported_as, scalar_refine_group, CertifyParams, DistanceParams, GpuEngine, Job, Mapping,
+    NormsParams, ParamSlots, PreparedRows, RefineParams, SelectParams, Step, AUX_NAMES, GROUPED_ROWS, MAX_CERTIFY_KC,
+    PARAM_SLOT, REFINE_WG, WIDE_MERGE_KC, WIDE_ROWS,
 };
 use crate::data::{stream_copy, zeroed_answers, MatrixRef};
 use crate::error::Result;
@@ -1047,9 +1047,9 @@ impl CorpusSession<'_> {
                     // From the second tile on, rows have a bound and keys under it go to
                     // their shortlists.
                     let shortlist_cap = if first_tile { 0 } else { cap as u32 };
-                    let gemm_tiles = rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize);
+                    let tile_count = gemm_tiles(rows, cols);
                     let publishing = publishing_bind.as_ref().filter(|_| first_tile).map(|(bind, _)| bind);
-                    let groups = if publishing.is_some() { publishing_groups(gemm_tiles) } else { gemm_tiles };
+                    let groups = if publishing.is_some() { publishing_groups(tile_count) } else { tile_count };
                     let (gx, gy) = grid(groups, gpu.max_groups);
                     let offset = params.push(DistanceParams {
                         q_rows: rows as u32,

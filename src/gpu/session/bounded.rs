@@ -9,8 +9,8 @@
 use super::{distance_buffers, CorpusSession, QueryTile, TileBuffers};
 use crate::error::Result;
 use crate::gpu::{
-    bind_group, bind_group_at, grid, metric_modes, publishing_groups, DistanceParams, FilterParams, GatherParams, Job,
-    ParamSlots, ShortSelectParams, Step, FILTER_STRIP, SHORT_SELECT_LISTS, SHORT_SELECT_SAMPLE, TILE_M, TILE_N,
+    bind_group, bind_group_at, gemm_tiles, grid, metric_modes, publishing_groups, DistanceParams, FilterParams,
+    GatherParams, Job, ParamSlots, ShortSelectParams, Step, FILTER_STRIP, SHORT_SELECT_LISTS, SHORT_SELECT_SAMPLE,
 };
 use crate::plan::{self, TilePlan};
 
@@ -68,8 +68,8 @@ impl CorpusSession<'_> {
             buffers[2] = (&corpus.norms, q0 as u64 * 4);
             let distance_bind = bind_group_at(device, &gpu.distance.layout, &b.uniform, &buffers);
             let mut params = ParamSlots::default();
-            let gemm_tiles = rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize);
-            let (gx, gy) = grid(gemm_tiles, gpu.max_groups);
+            let tile_count = gemm_tiles(rows, cols);
+            let (gx, gy) = grid(tile_count, gpu.max_groups);
             // Column indices from n on: no row of the sample is masked as the query itself
             // (a row in the sample counts its own key, a bound one rank tighter).
             let offset = params.push(DistanceParams {
@@ -125,13 +125,13 @@ impl CorpusSession<'_> {
         let filter = gpu.filter_kernel()?;
         let mut params = ParamSlots::default();
 
-        let gemm_tiles = rows.div_ceil(TILE_M as usize) * cols.div_ceil(TILE_N as usize);
+        let tile_count = gemm_tiles(rows, cols);
         let (distance_bind, step, groups, publish_len) =
             match publish.and_then(|read_back| self.publishing(b, corpus, read_back)) {
-                Some((bind, len)) => (bind, Step::DistancePublishing, publishing_groups(gemm_tiles), len),
+                Some((bind, len)) => (bind, Step::DistancePublishing, publishing_groups(tile_count), len),
                 None => {
                     let bind = bind_group(device, &gpu.distance.layout, &b.uniform, &distance_buffers(b, corpus));
-                    (bind, Step::Distance, gemm_tiles, 0)
+                    (bind, Step::Distance, tile_count, 0)
                 }
             };
         let (gx, gy) = grid(groups, gpu.max_groups);
