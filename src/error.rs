@@ -81,6 +81,10 @@ pub enum Error {
     /// large that one query's candidates exceed the largest buffer).
     #[error("too large for this GPU: {0}")]
     TooLargeForDevice(String),
+    /// The run would need more host memory than the machine (or the limit set) can give;
+    /// nothing was allocated.
+    #[error("not enough host memory: {0}")]
+    HostMemory(String),
     /// The GPU device was lost (driver reset, removal, timeout).
     #[error("GPU device lost: {0}")]
     DeviceLost(String),

@@ -44,6 +44,7 @@ mod error;
 #[doc(hidden)]
 pub mod gpu;
 pub mod io;
+mod memory;
 mod metric;
 mod plan;
 mod prepare;
@@ -53,9 +54,10 @@ mod trace;
 
 pub use data::{Matrix, MatrixRef, Neighbors};
 pub use error::{Error, Result};
-pub use gpu::{adapters, AdapterReport, GpuTimes};
+pub use gpu::{adapters, missing_gpu_hint, AdapterReport, GpuTimes};
+pub use memory::{available_host_memory, check_host_memory, host_memory_estimate};
 pub use metric::Metric;
-pub use search::{graph, search, Backend, Knn, Options, Progress, RunStats};
+pub use search::{graph, search, Backend, Knn, Options, Progress, RunStats, MAX_ROWS};
 
 /// The complete WGSL modules knng builds, for shader validation tests.
 #[doc(hidden)]

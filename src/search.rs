@@ -58,6 +58,10 @@ pub struct Options {
     /// on others; wgpu does not report an adapter's memory). An allocation that fails halves
     /// it and runs again.
     pub memory_budget: Option<u64>,
+    /// Host memory a run may allocate beyond its inputs, in bytes (default: what the machine
+    /// has available). A run whose estimate ([`host_memory_estimate`](crate::host_memory_estimate))
+    /// exceeds it is refused with [`Error::HostMemory`] before it allocates anything.
+    pub max_host_memory: Option<u64>,
     /// Called as query rows are finished. A graph swept in symmetric blocks finishes its rows
     /// only at the end; the sweep before reports up to 90% of them as it goes.
     pub progress: Option<Progress>,
@@ -103,6 +107,7 @@ impl std::fmt::Debug for Options {
             .field("no_subgroups", &self.no_subgroups)
             .field("include_self", &self.include_self)
             .field("memory_budget", &self.memory_budget)
+            .field("max_host_memory", &self.max_host_memory)
             .field("progress", &self.progress.is_some())
             .field("profile", &self.profile)
             .field("max_workgroups_per_dimension", &self.max_workgroups_per_dimension)
@@ -137,8 +142,8 @@ pub struct RunStats {
     /// selection over the whole tile, summed over rounds.
     pub rows_shortlisted: usize,
     /// Candidate rounds for which the GPU engine allocated its tile buffers instead of
-    /// reusing those of its last round or call (each allocation of a large set costs
-    /// 0.1-0.2 s on an H100).
+    /// reusing those of its last round or call (allocating a large set costs far more than
+    /// reusing one: notes/exactness.md).
     pub tile_buffer_allocations: usize,
     /// Rows of graphs swept in symmetric blocks (each distance computed once, for both rows
     /// of the pair), summed over rounds.
@@ -220,22 +225,10 @@ impl Knn {
     /// Times the GPU distance kernel alone: euclidean keys of `rows` uniform random query rows
     /// against `cols` corpus rows of dimension `d`: (wall seconds, GPU times with
     /// [`Options::profile`]). For `knng bench --what distance`; an error on the CPU backend.
-    /// With `keep`, the kernel that appends the keys under each row's bound (set to keep about
-    /// that fraction) to the row's list and writes no dense tile; `two_sided`, also each key
-    /// under its column row's bound to that row's list, as blocks of a symmetric sweep would;
-    /// `filter`, the plain kernel and then a filter kernel of its own doing both sides.
     #[doc(hidden)]
-    pub fn bench_distance(
-        &self,
-        rows: usize,
-        cols: usize,
-        d: usize,
-        keep: Option<f64>,
-        two_sided: bool,
-        filter: bool,
-    ) -> Result<(f64, Option<GpuTimes>)> {
+    pub fn bench_distance(&self, rows: usize, cols: usize, d: usize) -> Result<(f64, Option<GpuTimes>)> {
         match &self.engine {
-            Engine::Gpu(g) => g.bench_distance(rows, cols, d, 1, keep, two_sided, filter),
+            Engine::Gpu(g) => g.bench_distance(rows, cols, d, 1),
             Engine::Cpu(_) => Err(Error::arg("backend", "the distance-only benchmark needs a GPU backend")),
         }
     }
@@ -285,6 +278,7 @@ impl Knn {
             return Err(Error::DimensionMismatch { corpus: corpus.cols(), queries: queries.cols() });
         }
         check_k(k, corpus.rows(), "the number of corpus rows")?;
+        check_rows("corpus", corpus.rows())?;
         let exclude = vec![NONE; queries.rows()];
         self.run(&Task { corpus, queries, shift, exclude, k, metric, answers })
     }
@@ -324,6 +318,7 @@ impl Knn {
 
     fn graph_in(&self, data: MatrixRef<'_>, k: usize, metric: Metric, answers: AnswerMemory) -> Result<Neighbors> {
         crate::trace::mark(|| format!("graph of {} x {} rows, k = {k}", data.rows(), data.cols()));
+        check_rows("data", data.rows())?;
         let shift = self.validate_corpus("data", data, metric)?;
         crate::trace::mark(|| "validated, mean".into());
         if self.options.include_self {
@@ -353,6 +348,16 @@ impl Knn {
     }
 
     fn run(&self, task: &Task<'_>) -> Result<Neighbors> {
+        let (n, nq, d) = (task.corpus.rows(), task.queries.rows(), task.corpus.cols());
+        crate::memory::check_host_memory(n, nq, d, task.k, 0, self.options.max_host_memory)?;
+        let mut answer = self.run_any(task)?;
+        if self.options.include_self && task.metric != Metric::InnerProduct {
+            put_self_first(&mut answer);
+        }
+        Ok(answer)
+    }
+
+    fn run_any(&self, task: &Task<'_>) -> Result<Neighbors> {
         match self.run_on(&self.engine, task) {
             // A problem the GPU cannot hold (a k whose candidate lists exceed its largest
             // buffer) still has an answer: with `auto`, compute it on the CPU.
@@ -366,9 +371,6 @@ impl Knn {
     fn run_on(&self, engine: &Engine, task: &Task<'_>) -> Result<Neighbors> {
         let Task { corpus, queries, k, metric, .. } = *task;
         let (shift, exclude) = (&task.shift[..], &task.exclude[..]);
-        if corpus.rows() > NONE as usize {
-            return Err(Error::arg("data", format!("{} rows exceed the limit of {} rows", corpus.rows(), NONE)));
-        }
         let started = std::time::Instant::now();
         let d = corpus.cols();
         // A graph's queries are its corpus: one float64 pass serves both, and the GPU copies
@@ -618,7 +620,7 @@ fn retry_smaller<T>(gpu: &GpuEngine, mut f: impl FnMut() -> Result<T>) -> Result
 /// workgroup) stops at it where that still leaves 16 candidates of margin: k=1000 then ranks
 /// one run of 1024 instead of two runs and their merge for 1250. Rows the smaller margin
 /// leaves unproven (near-ties at the k-th key) take a second round in the first's buffers.
-fn initial_candidates(k: usize) -> usize {
+pub(crate) fn initial_candidates(k: usize) -> usize {
     let kc = k + (k / 4).max(16);
     let whole_runs = kc / MAX_CERTIFY_KC * MAX_CERTIFY_KC;
     if whole_runs >= k + 16 {
@@ -626,6 +628,45 @@ fn initial_candidates(k: usize) -> usize {
     } else {
         kc
     }
+}
+
+/// The most corpus rows knng takes: ids are 32-bit, and `u32::MAX`, which no row of so many
+/// can have, means "no row".
+pub const MAX_ROWS: usize = NONE as usize;
+
+fn check_rows(what: &str, rows: usize) -> Result<()> {
+    if rows > MAX_ROWS {
+        return Err(Error::arg(
+            what,
+            format!("{rows} rows are more than knng supports: at most {MAX_ROWS} (ids are 32-bit)"),
+        ));
+    }
+    Ok(())
+}
+
+/// In a graph that counts each point as its own neighbour, the point comes first among the
+/// rows at its distance 0 (exact duplicates), as scikit-learn users expect, rather than
+/// after duplicates of smaller index. Rows are otherwise unchanged: (distance, index) order.
+fn put_self_first(answer: &mut Neighbors) {
+    let k = answer.k;
+    answer.indices.par_chunks_mut(k).zip(answer.distances.par_chunks_mut(k)).enumerate().for_each(
+        |(i, (ids, dists))| {
+            if ids[0] as usize == i {
+                return;
+            }
+            let ties = dists.iter().take_while(|&&d| d == dists[0]).count();
+            match ids[..ties].iter().position(|&id| id as usize == i) {
+                Some(at) => ids[..=at].rotate_right(1),
+                // More exact duplicates than k, all of smaller index: the point replaces the
+                // last of them (every one of them ties with it).
+                None if ties == k => {
+                    ids.rotate_right(1);
+                    ids[0] = i as u32;
+                }
+                None => {}
+            }
+        },
+    );
 }
 
 fn check_k(k: usize, max: usize, what: &str) -> Result<()> {

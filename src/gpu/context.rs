@@ -65,7 +65,7 @@ pub(crate) fn discover() -> (wgpu::Instance, Vec<wgpu::Adapter>) {
     (last.expect("at least one tier is tried"), Vec::new())
 }
 
-fn is_hardware(info: &wgpu::AdapterInfo) -> bool {
+pub(crate) fn is_hardware(info: &wgpu::AdapterInfo) -> bool {
     matches!(
         info.device_type,
         wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::VirtualGpu
@@ -113,6 +113,20 @@ pub(crate) fn choose_adapter(adapters: &[wgpu::Adapter], wanted: Option<&str>, h
         .filter(|&i| !hardware_only || is_hardware(&adapters[i].get_info()))
         .min_by_key(|&i| preference(&adapters[i].get_info()))
         .ok_or_else(|| Error::NoAdapter("only software adapters were found".into()))
+}
+
+/// Why an adapter that wgpu lists could not open a device, and what to use instead.
+fn device_failure(info: &wgpu::AdapterInfo, error: &str) -> String {
+    let opened = format!("{} ({:?} backend) could not open a device: {error}", info.name, info.backend);
+    if info.backend == wgpu::Backend::Gl {
+        format!(
+            "{opened}. wgpu's GL backend needs OpenGL 4.3 or OpenGL ES 3.1 for compute shaders, and this \
+             driver's context offers less; use the Vulkan driver instead (unset WGPU_BACKEND or set it to \
+             vulkan; on NVIDIA install libvulkan1 and the glvnd libraries), or --backend cpu"
+        )
+    } else {
+        format!("{opened}; check the driver with VK_LOADER_DEBUG=error,driver (Vulkan), or use --backend cpu")
+    }
 }
 
 /// An open device with knng's error handling installed.
@@ -169,7 +183,7 @@ impl Context {
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         }))
-        .map_err(|e| Error::NoAdapter(format!("{}: {e}", info.name)))?;
+        .map_err(|e| Error::NoAdapter(device_failure(&info, &e.to_string())))?;
         let log = Arc::new(ErrorLog::default());
         let sink = log.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
@@ -203,8 +217,8 @@ impl Context {
     /// Waits for one submission (and those before it), not for work submitted after it, and
     /// reports any error recorded meanwhile. On hardware adapters the host checks the
     /// submission without blocking for up to `SPIN` first, as CUDA's default synchronisation
-    /// spins: the wake-up from a blocking wait added 0.1-0.2 ms to a 1-2 ms selection on an
-    /// H100 (notes/select.md).
+    /// spins: the wake-up from a blocking wait is a noticeable share of a short selection
+    /// (notes/select.md, "The host's wait").
     pub fn wait_for(&self, submission: wgpu::SubmissionIndex) -> Result<()> {
         // A software adapter runs on the host's cores, which a spinning thread would take.
         let spin = if self.info.device_type == wgpu::DeviceType::Cpu { Duration::ZERO } else { SPIN };

@@ -1,16 +1,35 @@
-//! Outputs appear whole or not at all: each is written to a temporary file beside its
+//! Outputs appear whole or not at all: each is written to a partial file beside its
 //! destination and renamed over it once complete (a rename within one directory is atomic).
+//!
+//! Partial files are named `NAME.knng-partial-PID`, so that a user who sees one knows what it
+//! is. They are removed when a write fails, by [`remove_partial_outputs`] (which the CLI calls
+//! on SIGINT and SIGTERM), and, if a process died without either, by the next write to the
+//! same directory.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 
 pub(crate) type Sink = BufWriter<File>;
 
-/// A temporary file that is deleted unless it is moved into place.
+const PARTIAL: &str = ".knng-partial-";
+
+/// Partial files this process has open, for [`remove_partial_outputs`].
+static OPEN_PARTIALS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Removes every partial output file this process is writing. For signal handlers: a run
+/// interrupted by Ctrl-C leaves nothing behind. Writes still running fail afterwards.
+pub fn remove_partial_outputs() {
+    let paths = std::mem::take(&mut *OPEN_PARTIALS.lock().unwrap_or_else(|e| e.into_inner()));
+    for path in paths {
+        let _ = fs::remove_file(path);
+    }
+}
+
+/// A partial file that is deleted unless it is moved into place.
 struct Temp {
     path: PathBuf,
     kept: bool,
@@ -18,15 +37,17 @@ struct Temp {
 
 impl Temp {
     fn create(dest: &Path) -> Result<(Temp, Sink)> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
         let dir = directory_of(dest);
+        remove_stale_partials(&dir);
         let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let path = dir.join(format!(".{name}.{}-{}.tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
+        let path = dir.join(format!("{name}{PARTIAL}{}", std::process::id()));
+        let mut registry = OPEN_PARTIALS.lock().unwrap_or_else(|e| e.into_inner());
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&path)
             .map_err(|e| Error::file(dest, format!("cannot create the output file: {e}")))?;
+        registry.push(path.clone());
         Ok((Temp { path, kept: false }, BufWriter::with_capacity(1 << 20, file)))
     }
 
@@ -45,8 +66,26 @@ impl Temp {
 
 impl Drop for Temp {
     fn drop(&mut self) {
+        OPEN_PARTIALS.lock().unwrap_or_else(|e| e.into_inner()).retain(|p| p != &self.path);
         if !self.kept {
             let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Removes partial files in `dir` left by processes that no longer run (killed with SIGKILL,
+/// or by a power cut). Where liveness cannot be told (no `/proc`), nothing is removed.
+fn remove_stale_partials(dir: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.rsplit_once(PARTIAL)).map(|(_, pid)| pid) else { continue };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_file(entry.path());
         }
     }
 }
@@ -101,4 +140,71 @@ pub(crate) fn check_writable(path: &Path) -> Result<()> {
     drop(sink);
     drop(probe);
     Ok(())
+}
+
+/// True when `a` and `b` name the same file: the same path, a symbolic link to it, or a hard
+/// link (the same device and inode). A path that does not exist is no other file.
+pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
+    let (Ok(ma), Ok(mb)) = (fs::metadata(a), fs::metadata(b)) else { return false };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        ma.dev() == mb.dev() && ma.ino() == mb.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (ma, mb);
+        matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_files_are_named_and_removed_on_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("g.npz");
+        let (temp, _sink) = Temp::create(&dest).unwrap();
+        let expected = dir.path().join(format!("g.npz.knng-partial-{}", std::process::id()));
+        assert_eq!(temp.path, expected);
+        assert!(expected.exists());
+        remove_partial_outputs();
+        assert!(!expected.exists());
+        drop(temp);
+    }
+
+    #[test]
+    fn stale_partials_of_dead_processes_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        // No process has a pid this large (Linux allows at most 2^22).
+        let stale = dir.path().join("g.npz.knng-partial-4294967294");
+        let alive = dir.path().join(format!("h.npz.knng-partial-{}", std::process::id()));
+        let unrelated = dir.path().join("notes.knng-partial-abc");
+        for p in [&stale, &alive, &unrelated] {
+            fs::write(p, b"x").unwrap();
+        }
+        write(&dir.path().join("out.csv"), |w| w.write_all(b"1\n")).unwrap();
+        assert!(!stale.exists());
+        assert!(alive.exists() && unrelated.exists());
+    }
+
+    #[test]
+    fn same_file_sees_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.fvecs");
+        fs::write(&a, b"x").unwrap();
+        let hard = dir.path().join("hard.fvecs");
+        fs::hard_link(&a, &hard).unwrap();
+        assert!(same_file(&a, &hard));
+        #[cfg(unix)]
+        {
+            let soft = dir.path().join("soft.fvecs");
+            std::os::unix::fs::symlink(&a, &soft).unwrap();
+            assert!(same_file(&soft, &a));
+        }
+        assert!(same_file(&a, &dir.path().join(".").join("a.fvecs")));
+        assert!(!same_file(&a, &dir.path().join("absent.fvecs")));
+    }
 }

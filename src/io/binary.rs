@@ -114,7 +114,32 @@ impl Mapped {
                 }
             }
         }
+        if self.elem == Elem::F64 {
+            self.refuse_f32_overflow(&out, range.start, cols)?;
+        }
         Matrix::new(out, n, cols)
+    }
+
+    /// Names the first float64 value that is finite but too large for f32 (it became an
+    /// infinity when converted, which the search would report as a non-finite input).
+    fn refuse_f32_overflow(&self, out: &[f32], first_row: usize, cols: usize) -> Result<()> {
+        let Some(at) = out.iter().position(|v| v.is_infinite()) else { return Ok(()) };
+        let (r, j) = (first_row + at / cols.max(1), at % cols.max(1));
+        let start = self.base + r * self.row_bytes + self.col_offsets.as_ref().map_or(j * 8, |o| o[j]);
+        let bytes: [u8; 8] = self.map[start..start + 8].try_into().unwrap();
+        let value = if self.big_endian { f64::from_be_bytes(bytes) } else { f64::from_le_bytes(bytes) };
+        if value.is_finite() {
+            return Err(Error::file(
+                &self.path,
+                format!(
+                    "row {r}, column {j}: the float64 value {value:e} overflows float32 (largest {:e}); \
+                     knng computes in float32",
+                    f32::MAX
+                ),
+            ));
+        }
+        // A true infinity: the search names it with its row and column.
+        Ok(())
     }
 }
 

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use hdf5::types::TypeDescriptor;
 
+use super::h5_layout::layout_problem;
 use crate::data::Matrix;
 use crate::error::{Error, Result};
 
@@ -44,14 +45,30 @@ impl Dataset {
             | TypeDescriptor::Boolean => {}
             other => return Err(Error::file(path, format!("dataset {name:?} holds {other}, not numbers"))),
         }
-        let shape = dataset.shape();
-        if shape.len() != 2 {
+        let space = dataset.space().map_err(|e| Error::file(path, format!("dataset {name:?}: {e}")))?;
+        let shape: Vec<u64> = space.shape().iter().map(|&s| s as u64).collect();
+        let max_shape: Vec<u64> = space.maxdims().iter().map(|m| m.map_or(u64::MAX, |m| m as u64)).collect();
+        let chunk: Option<Vec<u64>> = dataset.chunk().map(|c| c.iter().map(|&c| c as u64).collect());
+        let elem_size = dataset.dtype().map(|t| t.size() as u64).unwrap_or(0);
+        if let Some(problem) = layout_problem(&shape, Some(&max_shape), chunk.as_deref(), elem_size) {
+            return Err(Error::file(path, format!("dataset {name:?} {problem}")));
+        }
+        let (rows, cols) = (shape[0] as usize, shape[1] as usize);
+        // A contiguous dataset stores every value uncompressed: a file holding fewer bytes than
+        // its shape needs is truncated or corrupted (libhdf5 would invent fill values).
+        let needed = shape[0] as u128 * shape[1] as u128 * elem_size as u128;
+        let file_len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let stored = dataset.storage_size().min(file_len);
+        if chunk.is_none() && (stored as u128) < needed {
             return Err(Error::file(
                 path,
-                format!("dataset {name:?} has shape {shape:?}; expected 2-D (rows, columns)"),
+                format!(
+                    "dataset {name:?} claims shape {shape:?} ({needed} bytes) but the file stores {stored} bytes of it \
+                     (truncated or corrupted)"
+                ),
             ));
         }
-        Ok(Dataset { _file: file, name: name.to_string(), rows: shape[0], cols: shape[1], dataset })
+        Ok(Dataset { _file: file, name: name.to_string(), rows, cols, dataset })
     }
 
     pub(crate) fn rows(&self) -> usize {
@@ -110,6 +127,45 @@ mod tests {
         assert_eq!(nb.as_slice(), &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
         let part = MatrixFile::open(spec).unwrap().read_rows(2..4).unwrap();
         assert_eq!(part.as_slice(), &sample(6, 4).as_slice()[8..16]);
+    }
+
+    /// A 1.4 kB file whose dataset claims 10^9 x 1000 values it does not hold: refused by name,
+    /// not read (libhdf5 would allocate 4 TB of fill values).
+    #[test]
+    fn datasets_larger_than_their_file_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("claims.hdf5");
+        {
+            let file = hdf5::File::create(&p).unwrap();
+            file.new_dataset::<f32>().shape((1_000_000_000, 1000)).create("train").unwrap();
+        }
+        assert!(std::fs::metadata(&p).unwrap().len() < 100_000);
+        let msg = message(MatrixFile::open(p.to_str().unwrap()).err().expect("refused"));
+        assert!(msg.contains("claims.hdf5") && msg.contains("1000000000, 1000") && msg.contains("stores"), "{msg}");
+    }
+
+    /// A chunked, compressed dataset with one corrupted byte in its shape (a dimension of
+    /// 16711692 where the maximum is 12): refused before libhdf5 reads a chunk.
+    #[test]
+    fn corrupted_dimensions_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bad.h5");
+        {
+            let file = hdf5::File::create(&p).unwrap();
+            let values: Vec<f32> = (0..36).map(|i| i as f32).collect();
+            let ds = file.new_dataset::<f32>().shape((12, 3)).chunk((4, 3)).deflate(6).create("train").unwrap();
+            ds.write_raw(&values).unwrap();
+        }
+        assert_eq!(read_matrix(p.to_str().unwrap()).unwrap().rows(), 12);
+        // The dataspace message stores the dimensions and the maximum dimensions as 8-byte
+        // values: 12, 3, 12, 3. Corrupt the first byte of the first dimension above its 12.
+        let mut bytes = std::fs::read(&p).unwrap();
+        let pattern: Vec<u8> = [12u64, 3, 12, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let at = bytes.windows(pattern.len()).position(|w| w == pattern).expect("the dataspace message");
+        bytes[at + 2] = 0xff;
+        std::fs::write(&p, &bytes).unwrap();
+        let msg = message(read_matrix(p.to_str().unwrap()).err().expect("refused"));
+        assert!(msg.contains("bad.h5"), "{msg}");
     }
 
     #[test]

@@ -21,6 +21,7 @@
 
 mod atomic;
 mod binary;
+mod h5_layout;
 mod mtx;
 mod npy;
 mod npz;
@@ -36,6 +37,8 @@ use std::path::{Path, PathBuf};
 use crate::data::{Matrix, Neighbors};
 use crate::error::{Error, Result};
 
+#[doc(hidden)]
+pub use h5_layout::check_hdf5_layout;
 pub use npy::write_matrix_npy;
 
 /// Input extensions [`read_matrix`] understands, for messages.
@@ -67,6 +70,7 @@ pub fn read_matrix(spec: &str) -> Result<Matrix> {
 pub struct MatrixFile {
     path: PathBuf,
     inner: Source,
+    header: Option<String>,
 }
 
 enum Source {
@@ -85,17 +89,29 @@ impl MatrixFile {
             let shown = if ext.is_empty() { "no extension".to_string() } else { format!("extension .{ext}") };
             Error::file(&path, format!("cannot tell the format from {shown}; supported inputs are {INPUT_EXTENSIONS}"))
         })?;
-        if dataset.is_some() && format != InputFormat::Hdf5 {
-            return Err(Error::file(&path, "only .hdf5 and .h5 inputs take a :DATASET suffix"));
+        match dataset.as_deref() {
+            Some(name) if format != InputFormat::Hdf5 => {
+                return Err(Error::file(
+                    &path,
+                    format!("only .hdf5 and .h5 inputs take a :DATASET suffix (got \":{name}\")"),
+                ))
+            }
+            Some("") => return Err(Error::file(&path, "the dataset name after ':' is empty (FILE.hdf5:DATASET)")),
+            _ => {}
         }
+        let mut header = None;
         let inner = match format {
             InputFormat::Npy => Source::Mapped(npy::open(&path)?),
             InputFormat::Vecs(elem) => Source::Mapped(vecs::open(&path, elem)?),
             InputFormat::Bin(elem) => Source::Mapped(binary::open_bin(&path, elem)?),
-            InputFormat::Text(delimiter) => Source::Loaded(text::read(&path, delimiter)?),
+            InputFormat::Text(delimiter) => {
+                let text = text::read(&path, delimiter)?;
+                header = text.header;
+                Source::Loaded(text.matrix)
+            }
             InputFormat::Hdf5 => open_hdf5(&path, dataset.as_deref())?,
         };
-        let file = MatrixFile { path, inner };
+        let file = MatrixFile { path, inner, header };
         if file.rows() == 0 || file.cols() == 0 {
             return Err(Error::file(
                 &file.path,
@@ -108,6 +124,12 @@ impl MatrixFile {
     /// The file's path (without any `:DATASET` suffix).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The first line of a text input when it was skipped as a header (its fields joined by
+    /// the delimiter), so that callers can tell the user what was not read as data.
+    pub fn skipped_header(&self) -> Option<&str> {
+        self.header.as_deref()
     }
 
     /// Number of vectors.
@@ -221,12 +243,14 @@ impl InputFormat {
     }
 }
 
-/// Splits `FILE.hdf5:DATASET` into the path and the dataset. Only a suffix after an HDF5
-/// extension counts, so paths that merely contain a colon are left whole.
+/// Splits `FILE.hdf5:DATASET` into the path and the dataset. Only a suffix after an input
+/// extension counts (so that `x.npy:train` is refused by name, not by a strange extension),
+/// and only when the whole spec is not itself a file: paths that merely contain a colon are
+/// left whole.
 fn split_spec(spec: &str) -> (PathBuf, Option<String>) {
     if let Some((file, dataset)) = spec.rsplit_once(':') {
-        let ext = extension(Path::new(file));
-        if (ext == "hdf5" || ext == "h5") && !dataset.is_empty() {
+        let known = InputFormat::from_extension(&extension(Path::new(file))).is_some();
+        if known && !Path::new(spec).exists() {
             return (PathBuf::from(file), Some(dataset.to_string()));
         }
     }
@@ -267,6 +291,33 @@ impl OutputFormat {
 pub fn distances_path(ivecs: &Path) -> PathBuf {
     ivecs.with_extension("fvecs")
 }
+
+/// Every file [`write_neighbors`] writes for `path`: the file itself, and for `.ivecs` the
+/// `.fvecs` of distances beside it.
+pub fn output_files(path: &Path) -> Vec<PathBuf> {
+    match OutputFormat::of(path) {
+        Ok(OutputFormat::Ivecs) => vec![path.to_path_buf(), distances_path(path)],
+        _ => vec![path.to_path_buf()],
+    }
+}
+
+/// Refuses an output that would replace one of `inputs`: any file it writes (see
+/// [`output_files`]) that is an input by path, symbolic link or hard link. Inputs are read
+/// before outputs are written, so this would otherwise silently destroy the data.
+pub fn refuse_overwriting_inputs(output: &Path, inputs: &[&Path]) -> Result<()> {
+    for written in output_files(output) {
+        if let Some(input) = inputs.iter().find(|input| atomic::same_file(&written, input)) {
+            let how = if written == output { String::new() } else { format!(" (through {})", written.display()) };
+            return Err(Error::file(
+                output,
+                format!("the output would overwrite the input {}{how}; choose another output name", input.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub use atomic::remove_partial_outputs;
 
 /// Checks, before any work is done, that `path` has an output extension [`write_neighbors`]
 /// knows and that its directory exists and accepts new files.
@@ -359,6 +410,8 @@ mod tests {
         assert_eq!(split_spec("a.hdf5:test"), (PathBuf::from("a.hdf5"), Some("test".into())));
         assert_eq!(split_spec("dir/a.H5:/group/x"), (PathBuf::from("dir/a.H5"), Some("/group/x".into())));
         assert_eq!(split_spec("a.hdf5"), (PathBuf::from("a.hdf5"), None));
+        assert_eq!(split_spec("a.hdf5:"), (PathBuf::from("a.hdf5"), Some(String::new())));
+        assert_eq!(split_spec("x.npy:train"), (PathBuf::from("x.npy"), Some("train".into())));
         assert_eq!(split_spec("c:/data/a.npy"), (PathBuf::from("c:/data/a.npy"), None));
         assert_eq!(split_spec("odd:name.npy"), (PathBuf::from("odd:name.npy"), None));
     }
@@ -387,7 +440,11 @@ mod tests {
         write_matrix_npy(&p, &sample(3, 2)).unwrap();
         let spec = format!("{}:train", p.display());
         let msg = message(read_matrix(&spec).unwrap_err());
-        assert!(msg.contains("a.npy"), "{msg}");
+        assert!(msg.contains("a.npy:") && msg.contains("only .hdf5 and .h5") && msg.contains(":train"), "{msg}");
+        assert!(!msg.contains("extension"), "{msg}");
+        let spec = format!("{}:", dir.path().join("b.hdf5").display());
+        let msg = message(read_matrix(&spec).unwrap_err());
+        assert!(msg.contains("b.hdf5:") && msg.contains("dataset name") && msg.contains("empty"), "{msg}");
     }
 
     #[cfg(not(feature = "hdf5"))]
@@ -474,6 +531,24 @@ mod tests {
         // A leftover probe would be mistaken for output by later runs.
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    #[test]
+    fn outputs_never_replace_inputs() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("base.fvecs");
+        std::fs::write(&base, b"x").unwrap();
+        // `-o base.ivecs` writes its distances to base.fvecs, the input.
+        let msg = message(refuse_overwriting_inputs(&dir.path().join("base.ivecs"), &[&base]).unwrap_err());
+        assert!(
+            msg.contains("base.ivecs") && msg.contains("overwrite the input") && msg.contains("base.fvecs"),
+            "{msg}"
+        );
+        let link = dir.path().join("link.npz");
+        std::fs::hard_link(&base, &link).unwrap();
+        assert!(refuse_overwriting_inputs(&link, &[&base]).is_err());
+        assert!(refuse_overwriting_inputs(&dir.path().join("other.ivecs"), &[&base]).is_ok());
+        assert!(refuse_overwriting_inputs(&dir.path().join("g.npz"), &[&base]).is_ok());
     }
 
     #[test]

@@ -243,6 +243,26 @@ mod tests {
     }
 
     #[test]
+    fn float64_values_beyond_f32_are_named_not_called_infinite() {
+        let dir = tempfile::tempdir().unwrap();
+        let values = [1.0f64, 2.0, 1e39, 4.0];
+        for (descr, fortran, row, col) in [("<f8", false, 1, 0), (">f8", false, 1, 0), ("<f8", true, 0, 1)] {
+            let data: Vec<u8> = values
+                .iter()
+                .flat_map(|v| if descr.starts_with('>') { v.to_be_bytes() } else { v.to_le_bytes() })
+                .collect();
+            let p = write(dir.path(), "big.npy", &npy_bytes(descr, fortran, "(2, 2)", &data));
+            let msg = read_matrix(&p).unwrap_err().to_string();
+            assert!(msg.contains("big.npy") && msg.contains(&format!("row {row}, column {col}")), "{msg}");
+            assert!(msg.contains("1e39") && msg.contains("overflows float32") && !msg.contains("non-finite"), "{msg}");
+        }
+        // A true infinity is left to the search, which names it as non-finite.
+        let data: Vec<u8> = [1.0f64, f64::INFINITY].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let p = write(dir.path(), "inf.npy", &npy_bytes("<f8", false, "(1, 2)", &data));
+        assert!(read_matrix(&p).unwrap().as_slice()[1].is_infinite());
+    }
+
+    #[test]
     fn converts_every_numeric_dtype() {
         let dir = tempfile::tempdir().unwrap();
         let want = [1.0f32, -2.0, 3.0, 4.5];

@@ -10,7 +10,11 @@ use crate::data::Neighbors;
 
 pub(crate) fn write_neighbors<W: Write + Seek>(w: W, nb: &Neighbors) -> io::Result<()> {
     let shape = [nb.queries, nb.k];
-    let mut zip = ZipWriter::new(w);
+    // Never dropped: after a failed write (a full disk) the writer's `Drop` would try to
+    // finish the archive again and print its debug text to stderr. On success `finish` has
+    // already closed it, and what is left unfreed is its small table of entries.
+    let mut never_dropped = std::mem::ManuallyDrop::new(ZipWriter::new(w));
+    let zip = &mut *never_dropped;
     let options = |bytes: usize| {
         FileOptions::default()
             .compression_method(CompressionMethod::Stored)
@@ -18,10 +22,10 @@ pub(crate) fn write_neighbors<W: Write + Seek>(w: W, nb: &Neighbors) -> io::Resu
     };
     zip.start_file("indices.npy", options(nb.indices.len() * 8)).map_err(zip_error)?;
     zip.write_all(&header("<i8", &shape))?;
-    write_values(&mut zip, &nb.indices, |i| (i as i64).to_le_bytes())?;
+    write_values(zip, &nb.indices, |i| (i as i64).to_le_bytes())?;
     zip.start_file("distances.npy", options(nb.distances.len() * 4)).map_err(zip_error)?;
     zip.write_all(&header("<f4", &shape))?;
-    write_values(&mut zip, &nb.distances, f32::to_le_bytes)?;
+    write_values(zip, &nb.distances, f32::to_le_bytes)?;
     zip.finish().map_err(zip_error)?;
     Ok(())
 }

@@ -19,6 +19,17 @@ impl EngineArgs {
     /// parallel loop (reading a file, generating data) starts the pool at its default size.
     pub fn size_thread_pool(&self) -> Outcome {
         if let Some(threads) = self.threads {
+            // More threads than cores only contend (5000 threads turned a 10 ms run into
+            // minutes); a few per core still lets a user oversubscribe on purpose.
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+            if threads > 4 * cpus {
+                return Err(Failure(format!(
+                    "--threads {threads} is too many: this machine has {cpus} logical CPU{}, so at most {} \
+                     (omit --threads for one per CPU)",
+                    plural(cpus as usize),
+                    4 * cpus
+                )));
+            }
             rayon::ThreadPoolBuilder::new()
                 .num_threads(threads as usize)
                 .build_global()
@@ -34,6 +45,7 @@ impl EngineArgs {
             adapter: self.adapter.clone(),
             no_subgroups: self.no_subgroups,
             memory_budget: self.gpu_memory.map(|mib| mib << 20),
+            max_host_memory: self.max_memory.map(|mib| mib << 20),
             include_self,
             progress: bar.callback(),
             profile,
@@ -51,6 +63,41 @@ impl EngineArgs {
             eprintln!("{line}");
         }
     }
+
+    /// Says why `--backend auto` runs on the CPU of a machine that shows a GPU.
+    pub fn explain_backend(&self, knn: &Knn) {
+        if self.backend == knng::Backend::Auto && !knn.is_gpu() {
+            if let Some(hint) = knng::missing_gpu_hint(&knng::adapters()) {
+                eprintln!("warning: {hint}; running on the CPU");
+            }
+        }
+    }
+
+    /// Refuses, before any input is read, a run that the machine's memory cannot hold.
+    fn check_memory(&self, corpus_rows: usize, query_rows: usize, dim: usize, k: usize, inputs: u64) -> Outcome {
+        let limit = self.max_memory.map(|mib| mib << 20);
+        Ok(knng::check_host_memory(corpus_rows, query_rows, dim, k, inputs, limit)?)
+    }
+}
+
+/// "s" after a count other than one.
+pub fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// Refuses inputs with more rows than knng's 32-bit ids can number, before they are read.
+fn check_rows(spec: &str, rows: usize) -> Outcome {
+    if rows > knng::MAX_ROWS {
+        return Err(Failure(format!(
+            "{spec}: {rows} rows are more than knng supports (at most {}: ids are 32-bit)",
+            knng::MAX_ROWS
+        )));
+    }
+    Ok(())
 }
 
 pub fn seconds(t: f64) -> String {
@@ -77,25 +124,31 @@ fn in_file(e: Error, files: &[(&str, &str)]) -> Failure {
     }
 }
 
-/// Refuses to replace an input with the output: the input is read before the output is
-/// written, so this would otherwise silently destroy the data.
-fn not_an_input(out: &Path, inputs: &[&MatrixFile]) -> Outcome {
-    let Ok(out_real) = out.canonicalize() else { return Ok(()) };
-    for input in inputs {
-        if input.path().canonicalize().is_ok_and(|p| p == out_real) {
-            return Err(Failure(format!("{}: the output would overwrite an input file", out.display())));
-        }
+/// Opens an input, saying on stderr which first line of a text file was skipped as a header
+/// (the rows are numbered from the line after it).
+fn open(spec: &str) -> Outcome<MatrixFile> {
+    let file = MatrixFile::open(spec)?;
+    if let Some(header) = file.skipped_header() {
+        eprintln!("note: {spec}: skipped the first line as a header: {header:?}");
     }
-    Ok(())
+    check_rows(spec, file.rows())?;
+    Ok(file)
+}
+
+/// Bytes of f32 rows an input takes once read.
+fn input_bytes(file: &MatrixFile) -> u64 {
+    (file.rows() as u64).saturating_mul(file.cols() as u64).saturating_mul(4)
 }
 
 fn read(file: &MatrixFile, spec: &str, engine: &EngineArgs) -> Outcome<Matrix> {
     let start = Instant::now();
     let m = file.read_rows(0..file.rows())?;
     engine.status(format!(
-        "read {spec}: {} rows x {} columns in {}",
+        "read {spec}: {} row{} x {} column{} in {}",
         m.rows(),
+        plural(m.rows()),
         m.cols(),
+        plural(m.cols()),
         seconds(start.elapsed().as_secs_f64())
     ));
     Ok(m)
@@ -121,8 +174,8 @@ pub fn graph(a: GraphArgs) -> Outcome {
     io::check_output_path(out)?;
     let k = a.problem.k as usize;
     let metric = a.problem.metric;
-    let file = MatrixFile::open(&a.input)?;
-    not_an_input(out, &[&file])?;
+    let file = open(&a.input)?;
+    io::refuse_overwriting_inputs(out, &[file.path()])?;
     let n = file.rows();
     let max = if a.include_self { n } else { n - 1 };
     if k > max {
@@ -133,10 +186,12 @@ pub fn graph(a: GraphArgs) -> Outcome {
             a.input
         )));
     }
+    a.engine.check_memory(n, n, file.cols(), k, input_bytes(&file))?;
     let data = read(&file, &a.input, &a.engine)?;
     drop(file);
     let bar = Bar::new(a.engine.quiet, "graph");
     let knn = a.engine.open(a.include_self, &bar)?;
+    a.engine.explain_backend(&knn);
     a.engine.status(format!("backend {}", knn.description()));
     let start = Instant::now();
     let nb = knn.graph(data.view(), k, metric).map_err(|e| in_file(e, &[("data", &a.input)]))?;
@@ -152,9 +207,9 @@ pub fn search(a: SearchArgs) -> Outcome {
     io::check_output_path(out)?;
     let k = a.problem.k as usize;
     let metric = a.problem.metric;
-    let corpus_file = MatrixFile::open(&a.corpus)?;
-    let query_file = MatrixFile::open(&a.queries)?;
-    not_an_input(out, &[&corpus_file, &query_file])?;
+    let corpus_file = open(&a.corpus)?;
+    let query_file = open(&a.queries)?;
+    io::refuse_overwriting_inputs(out, &[corpus_file.path(), query_file.path()])?;
     if corpus_file.cols() != query_file.cols() {
         return Err(Failure(format!(
             "dimension mismatch: corpus {} has {} columns but queries {} have {}",
@@ -168,12 +223,15 @@ pub fn search(a: SearchArgs) -> Outcome {
     if k > n {
         return Err(Failure(format!("-k {k} is too large: corpus {} has only {n} rows", a.corpus)));
     }
+    let inputs = input_bytes(&corpus_file).saturating_add(input_bytes(&query_file));
+    a.engine.check_memory(n, query_file.rows(), corpus_file.cols(), k, inputs)?;
     let corpus = read(&corpus_file, &a.corpus, &a.engine)?;
     drop(corpus_file);
     let queries = read(&query_file, &a.queries, &a.engine)?;
     drop(query_file);
     let bar = Bar::new(a.engine.quiet, "search");
     let knn = a.engine.open(false, &bar)?;
+    a.engine.explain_backend(&knn);
     a.engine.status(format!("backend {}", knn.description()));
     let start = Instant::now();
     let nb = knn
@@ -202,6 +260,9 @@ pub fn info() -> Outcome {
     match adapters.iter().find(|a| a.auto_choice) {
         Some(a) => say(format!("--backend auto uses adapter [{}] {}; --backend cpu uses {cpu}", a.index, a.info.name)),
         None => say(format!("--backend auto uses {cpu}: no hardware GPU adapter")),
+    }
+    if let Some(hint) = knng::missing_gpu_hint(&adapters) {
+        say(format!("warning: {hint}"));
     }
     Ok(())
 }

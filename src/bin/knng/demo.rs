@@ -293,35 +293,23 @@ fn bench_distance(a: BenchArgs) -> Outcome {
     let (rows, cols, d) = (a.rows as usize, a.cols as usize, a.d as usize);
     let bar = Bar::new(true, "bench");
     let knn = a.engine.open_profiled(false, a.profile, &bar)?;
-    let (wall, gpu) = fastest(a.repeat, || knn.bench_distance(rows, cols, d, a.keep, a.two_sided, a.filter))?;
+    let (wall, gpu) = fastest(a.repeat, || knn.bench_distance(rows, cols, d))?;
     let tflops = |s: f64| 2.0 * rows as f64 * cols as f64 * d as f64 / s / 1e12;
     if a.json {
         say(format!(
-            "{{\"what\":\"distance\",\"rows\":{rows},\"cols\":{cols},\"d\":{d},\"keep\":{},\"two_sided\":{},\"filter\":{},\"backend\":{},\
-             \"seconds\":{wall:.6},\"gpu_s\":{},\"filter_s\":{},\"tflops\":{:.3},\"repeat\":{}}}",
-            a.keep.map_or("null".to_string(), |f| f.to_string()),
-            a.two_sided,
-            a.filter,
+            "{{\"what\":\"distance\",\"rows\":{rows},\"cols\":{cols},\"d\":{d},\"backend\":{},\
+             \"seconds\":{wall:.6},\"gpu_s\":{},\"tflops\":{:.3},\"repeat\":{}}}",
             json_string(&knn.description()),
             gpu.map_or("null".to_string(), |g| format!("{:.6}", g.distance)),
-            gpu.filter(|_| a.filter).map_or("null".to_string(), |g| format!("{:.6}", g.filter)),
             tflops(gpu.map_or(wall, |g| g.distance)),
             a.repeat
         ));
     } else {
         let gpu_text = gpu.map_or(String::new(), |g| {
-            let filtered = if a.filter { format!(", filter {}", seconds(g.filter)) } else { String::new() };
-            format!(" | kernel {} ({:.1} TFLOP/s){filtered}", seconds(g.distance), tflops(g.distance))
+            format!(" | kernel {} ({:.1} TFLOP/s)", seconds(g.distance), tflops(g.distance))
         });
         say(format!(
-            "distance {rows} x {cols} d={d}{} | {} | {} ({:.1} TFLOP/s){gpu_text}",
-            a.keep.map_or(String::new(), |f| {
-                let sides = if a.two_sided { " to both rows' lists" } else { "" };
-                match a.filter {
-                    true => format!(", keys under a bound keeping {f} appended{sides} by a filter of the dense tile"),
-                    false => format!(", keys under a bound keeping {f} appended{sides}, no dense tile"),
-                }
-            }),
+            "distance {rows} x {cols} d={d} | {} | {} ({:.1} TFLOP/s){gpu_text}",
             knn.description(),
             seconds(wall),
             tflops(wall)

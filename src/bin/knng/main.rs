@@ -74,9 +74,13 @@ struct EngineArgs {
     query_tile: Option<u64>,
     /// GPU memory knng may allocate, in MiB (default 4096 on discrete GPUs, 1024 on others).
     /// Larger values mean fewer, larger tiles; an out-of-memory error halves it and retries.
-    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=MAX_MIB))]
     gpu_memory: Option<u64>,
-    /// CPU threads (default: one per core).
+    /// Host memory the run may use, in MiB (default: what the machine has available). A run
+    /// estimated to need more is refused before it reads its inputs.
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=MAX_MIB))]
+    max_memory: Option<u64>,
+    /// CPU threads (default: one per logical CPU; at most four per logical CPU).
     #[arg(long, value_name = "N", value_parser = at_least(1))]
     threads: Option<u64>,
     /// No progress bar and no status lines.
@@ -189,18 +193,6 @@ struct BenchArgs {
     /// Keys per row for `--what select` and `--what distance`.
     #[arg(long, default_value_t = 65536, value_parser = at_least(1))]
     cols: u64,
-    /// With `--what distance`: time the kernel that appends each row's keys under a bound
-    /// keeping about this fraction of them to the row's list, writing no dense tile.
-    #[arg(long, value_name = "FRACTION")]
-    keep: Option<f64>,
-    /// With `--keep`: also append each key under its column row's bound to that row's list,
-    /// as the blocks of a symmetric sweep would (the corpus rows get bounds of their own).
-    #[arg(long, requires = "keep")]
-    two_sided: bool,
-    /// With `--two-sided`: the plain kernel writes the dense tile and a filter kernel of its
-    /// own appends its keys to both sides' lists; the two are timed apart.
-    #[arg(long, requires = "two_sided")]
-    filter: bool,
     /// Query rows for `--what search`.
     #[arg(long, default_value_t = 1000, value_parser = at_least(1))]
     queries: u64,
@@ -224,6 +216,9 @@ struct BenchArgs {
     #[command(flatten)]
     engine: EngineArgs,
 }
+
+/// The largest memory size flags take, in MiB (16 TiB): larger values would overflow bytes.
+const MAX_MIB: u64 = 1 << 24;
 
 /// A whole-number argument of at least `min`, with a message that says so.
 fn at_least(min: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
@@ -252,6 +247,14 @@ pub fn say(line: impl std::fmt::Display) {
 }
 
 fn main() -> ExitCode {
+    quiet_headless_probes();
+    // Ctrl-C, SIGTERM and SIGHUP: remove partial outputs, then end as an interrupted
+    // process would. A handler that cannot be installed leaves the default behaviour.
+    let _ = ctrlc::set_handler(|| {
+        knng::io::remove_partial_outputs();
+        eprintln!("error: interrupted; no output was written");
+        std::process::exit(130);
+    });
     std::panic::set_hook(Box::new(|info| {
         let what = info
             .payload()
@@ -290,6 +293,27 @@ fn main() -> ExitCode {
         }
         // The hook has already said what happened.
         Err(_) => ExitCode::from(1),
+    }
+}
+
+/// Gives Mesa's EGL and Wayland probes the runtime directory they expect: without one, every
+/// command that looks for GPUs on a headless machine prints "XDG_RUNTIME_DIR is invalid or
+/// not set" to stderr, which reads as a failure. Runs before any thread starts.
+fn quiet_headless_probes() {
+    let valid = std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir());
+    if valid {
+        return;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!("knng-runtime-{uid}"));
+        if std::fs::create_dir_all(&dir).is_ok() {
+            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+            // No other thread exists yet: changing the environment races with nothing.
+            std::env::set_var("XDG_RUNTIME_DIR", &dir);
+        }
     }
 }
 
