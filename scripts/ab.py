@@ -14,7 +14,7 @@ one command, so each mode runs every build in turn, round after round:
         `knng graph` outputs of the two builds compared bit for bit (a change meant to keep
         answers identical must show 0 differences), euclidean, cosine and inner product
 
-Torch runs need `.bench/torch_knn.py`, as for device_bench.py.
+Torch runs use `scripts/torch_knn.py`, as device_bench.py does.
 """
 import argparse
 import json

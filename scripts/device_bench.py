@@ -1,19 +1,18 @@
 #!/usr/bin/env python3
 """The performance issue's configurations, knng against PyTorch, in one run on the device machine.
 
-Run from the repository root on the lent GPU machine (see ../shared/DEVICE.md), carrying
-`.gl`, `.bench/torch_knn.py` (copied from ../shared/anchors) and `target/release/knng`. `.gl`
-holds the Debian packages that `setup` unpacks: the Vulkan loader (libvulkan1) and what
+Run from the repository root on a machine with an NVIDIA GPU, PyTorch and no Rust toolchain,
+carrying `.gl` and `target/release/knng` built elsewhere; the peer is `scripts/torch_knn.py`.
+`.gl` holds the Debian packages that `setup` unpacks: the Vulkan loader (libvulkan1) and what
 NVIDIA's Vulkan driver (libGLX_nvidia.so.0) loads with it, without which wgpu finds no
 adapter: libglvnd0 libglx0 libgl1 libegl1 libopengl0 libgles2 libx11-6 libxext6 libxcb1
 libxau6 libxdmcp6 libbsd0 libmd0 (`apt-get download` with an amd64 package list, as
-DEVICE.md shows for libvulkan1).
+for libvulkan1).
 
     python3 scripts/device_bench.py            # the main table
     python3 scripts/device_bench.py --large    # also n = 2^20 (about a minute more)
     python3 scripts/device_bench.py --scaling  # also the n and k scaling curves
     python3 scripts/device_bench.py --only-scaling
-    python3 scripts/device_bench.py --only-appending  # the appending distance kernel (--keep)
 
 Prints one line per case: knng's time, the peer's time from the same run, and the ratio
 (knng / peer; lower is better), plus knng's per-kernel GPU times.
@@ -28,7 +27,7 @@ import sys
 
 # KNNG=path runs another build (an earlier commit, for before/after notes).
 KNNG = os.environ.get("KNNG", "./target/release/knng")
-TORCH = ".bench/torch_knn.py"
+TORCH = "scripts/torch_knn.py"
 
 
 def setup():
@@ -81,16 +80,11 @@ def main():
     p.add_argument("--large", action="store_true")
     p.add_argument("--scaling", action="store_true")
     p.add_argument("--only-scaling", action="store_true", help="the scaling curves alone")
-    p.add_argument("--only-appending", action="store_true",
-                   help="the distance kernel with the appending epilogue against the dense one alone")
     a = p.parse_args()
     setup()
     print(subprocess.run([KNNG, "info"], capture_output=True, text=True).stdout, flush=True)
     if a.only_scaling:
         scaling()
-        return
-    if a.only_appending:
-        appending()
         return
 
     graph_case(262144, 128, 10)
@@ -154,49 +148,6 @@ def distance_kernel(rows, cols, d, extra=()):
     """TFLOP/s of `bench --what distance` by its kernel time, or None."""
     r = distance_run(rows, cols, d, extra)
     return r and r["tflops"]
-
-
-def distance_times(rows, cols, d, extra=()):
-    """(kernel s, filter s or None) of `bench --what distance`, or None."""
-    r = distance_run(rows, cols, d, extra)
-    return r and (r["gpu_s"], r.get("filter_s"))
-
-
-def appending():
-    """The distance kernel that appends keys under each row's bound and writes no dense tile
-    (`--keep`, notes/select.md), in every form (subgroup scans; workgroup counters, which
-    `--no-subgroups` selects; two-sided, which also appends to the column rows' lists; and the
-    plain kernel followed by the two-sided filter kernel, `--filter`), against the dense kernel
-    and cuBLAS, in the kNN shape: 8192 query rows, and 3072 (a query tile of n=65536 k=1000)."""
-    line, _ = torch("gemm", "--n", 8192)
-    cublas = float(re.search(r"([0-9.]+) TFLOP/s", line).group(1))
-    # A binary's first run on a machine start catches the GPU cold (4-7 TFLOP/s): discarded.
-    distance_run(8192, 65536, 128)
-    for rows in (8192, 3072):
-        shape = f"distance {rows} x 65536 d=128"
-        dense = distance_kernel(rows, 65536, 128)
-        if dense:
-            print(f"{shape}, dense tile: {dense:.1f} TFLOP/s, cuBLAS {cublas:.1f}, "
-                  f"ratio {dense / cublas:.2f}", flush=True)
-        forms = (("subgroup", []), ("workgroup", ["--no-subgroups"]), ("two-sided", ["--two-sided"]))
-        # The plain kernel and the filter kernel of its own, each timed.
-        dense_s = distance_times(rows, 65536, 128)
-        for keep in ("0.02", "0.005"):
-            times = distance_times(rows, 65536, 128, ["--keep", keep, "--two-sided", "--filter"])
-            if times and dense_s:
-                gemm, filtered = times
-                print(f"{shape}, keep {keep}: plain kernel {gemm * 1e3:.3f} ms + two-sided filter "
-                      f"{filtered * 1e3:.3f} ms, {dense_s[0] / (gemm + filtered):.2f} of the dense kernel's speed",
-                      flush=True)
-        for keep in ("0.02", "0.005", "0.05"):
-            # Two-sided lists at 0.05 take more than a binding (2 GiB).
-            for form, extra in forms[:2] if keep == "0.05" else forms:
-                tflops = distance_kernel(rows, 65536, 128, ["--keep", keep, *extra])
-                if tflops is None:
-                    continue
-                against = f", {tflops / dense:.2f} of the dense kernel" if dense else ""
-                print(f"{shape}, keep {keep}, {form} form: {tflops:.1f} TFLOP/s, "
-                      f"cuBLAS {cublas:.1f}, ratio {tflops / cublas:.2f}{against}", flush=True)
 
 
 def scaling():

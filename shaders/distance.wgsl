@@ -53,8 +53,7 @@ struct Params {
     column_end: u32,    // columns below this global index also feed their own shortlists
     column_cap: u32,    // pairs per row of the column rows' shortlists
     publish_len: u32,   // vec4s of answers to publish (see above); 0: none
-    column_begin: u32,  // two-sided appending (distance_append_two_sided.wgsl): columns from
-                        // this global index on also feed their own lists
+    column_begin: u32,  // unused here; keeps the layout of the host's DistanceParams
 }
 
 override BM: u32 = 128u;
@@ -314,7 +313,8 @@ fn distance_tile(
             }
         }
         // Unrolled when the module is built (`shaders::distance`): each copy binds `k` as a
-        // constant. The NVIDIA compiler keeps this loop rolled otherwise, 10-15% slower.
+        // constant. The NVIDIA compiler keeps this loop rolled otherwise, which is slower
+        // (notes/distance.md, version 7b).
         // unroll(k, BK)
         for (var k = 0u; k < BK; k++) {
             let a0 = q_tile[k * QS + ty];
@@ -341,8 +341,6 @@ fn distance_tile(
         workgroupBarrier();
     }
 
-    // Epilogue: replaced by the appending variant's (`shaders::distance_appending`) from
-    // here to the end of the function.
     // Each invocation's eight columns are the same for all its rows.
     let cn0 = column_norms(col0 + tx * 4u);
     let cn1 = column_norms(col0 + tx * 4u + BN / 2u);

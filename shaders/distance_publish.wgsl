@@ -8,7 +8,7 @@
 // Every PUBLISH_STRIDE-th workgroup copies answers instead of computing a tile: workgroups
 // start roughly in order, so the copies (and the PCIe transfer behind them) are spread over
 // the whole GEMM. Copy code inside the GEMM's own workgroups, even at their end, slowed the
-// GEMM by 6% on an H100 whether it copied or not (notes/exactness.md). `PUBLISH_STRIDE` is
+// GEMM whether it copied or not (notes/exactness.md). `PUBLISH_STRIDE` is
 // a constant the module is built with (`shaders::distance`).
 
 // The tiles of the dispatch and the copying workgroups among them, as the host launches them:

@@ -1,10 +1,9 @@
-// The two-sided filter of a dense block (bounded sweeps, src/gpu/session/bounded.rs; `knng bench
-// --what distance --keep F --two-sided --filter`): what the two-sided appending epilogue does
-// (distance_append_two_sided.wgsl), in a kernel of its own that reads the block the plain
-// distance kernel wrote. Each key d(i, j) under row i's bound goes to row i's list, and under
-// column row j's bound (for global columns from column_begin on) to row j's list. Why a kernel
-// of its own: every form of that epilogue cost the GEMM a third of its speed or more, as the
-// GEMM leaves no registers to spare (notes/select.md); this kernel only moves memory.
+// The two-sided filter of a dense block (bounded sweeps, src/gpu/session/bounded.rs), a kernel
+// of its own that reads the block the plain distance kernel wrote. Each key d(i, j) under row
+// i's bound goes to row i's list, and under column row j's bound (for global columns from
+// column_begin on) to row j's list. Why not in the GEMM's epilogue: every form of such an
+// epilogue cost the GEMM a third of its speed or more, as the GEMM leaves no registers to spare
+// (notes/experiments.md); this kernel only moves memory.
 //
 // A workgroup takes a strip of STRIP rows x WIDTH columns, an invocation per column, reading
 // the strip row by row (each row's WIDTH keys in one run) into registers, once. The

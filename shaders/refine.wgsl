@@ -75,8 +75,7 @@ fn group_sum(v: vec4<f64>, lid: u32, width: u32) -> vec4<f64> {
 var<workgroup> partial_one: array<f64, WG>;
 
 // `group_sum` of one float64 (`single_sum`): a quarter of the registers and of the reduction's
-// traffic. With the vec4 sums, the euclidean keys of n=65536 d=128 k=1000 took 12.2 ms on an
-// H100, 8.8 with this (k=4096: 56 -> 41 ms; notes/exactness.md).
+// traffic, and faster than the vec4 sums for the metrics that need one sum (notes/exactness.md).
 fn group_sum_one(v: f64, lid: u32, width: u32) -> f64 {
     partial_one[lid] = v;
     workgroupBarrier();
@@ -99,8 +98,8 @@ fn group_key(q: u32, id: u32, lid: u32, lane: u32, width: u32, live: bool) -> f6
     let cb = row_start(id);
     if (params.mode != 2u) {
         // One sum: (x - y)^2, or x.y for inner products and cosine (whose norms the host
-        // computed: with x.x and y.y summed here too, cosine keys of n=65536 d=128 k=1000
-        // took 11.6 ms on an H100 against 8.1 for euclidean ones).
+        // computed: with x.x and y.y summed here too, cosine keys took markedly longer than
+        // euclidean ones; notes/exactness.md).
         var one = 0.0lf;
         if (live) {
             one = single_sum(qb, cb, lane, width);
@@ -134,8 +133,8 @@ const INTERLEAVED_ROWS: u32 = 256u;
 // The list slot of workgroup `w` (< rows * kc) when slot s of INTERLEAVED_ROWS neighbouring
 // rows comes before slot s + 1 of any of them. In list order the workgroups resident at one
 // time (thousands) shared a handful of query rows, every one reading the same addresses;
-// interleaved they read hundreds of different query rows: exact keys at n=16384 d=4096
-// kc=640 took 49 ms in list order, 43-44 ms interleaved (H100; notes/exactness.md).
+// interleaved they read hundreds of different query rows, which measured faster
+// (notes/exactness.md, "Exact keys of long rows").
 fn interleaved_slot(w: u32) -> u32 {
     let per_block = INTERLEAVED_ROWS * params.kc;
     let block = w / per_block;

@@ -69,7 +69,7 @@ fn exact_keys(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     // Cosine sums the norms here too: for rows this short, loading the host's norms (two
-    // scattered reads a candidate) took longer (d=20 k=100: 1.0 -> 1.2 ms on an H100).
+    // scattered reads a candidate) took longer (notes/exactness.md).
     var mx = 0.0lf;
     var my = 0.0lf;
     if (params.mode == 2u) {

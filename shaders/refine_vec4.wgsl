@@ -2,8 +2,8 @@
 // multiple of 4: appended to refine.wgsl.
 //
 // Why: with one 4-byte load of each row per loop step, an invocation waits out a memory
-// round trip per step, and the keys of long rows were bound by latency, not bandwidth (d=4096:
-// 172 GB of candidate rows in 107 ms on an H100, half of what its memory delivers). Here each
+// round trip per step, and the keys of long rows were bound by latency, not bandwidth
+// (notes/exactness.md). Here each
 // step issues four independent 16-byte loads of each row before using any.
 
 @group(0) @binding(1) var<storage, read> queries: array<vec4<f32>>;

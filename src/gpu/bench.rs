@@ -1,8 +1,8 @@
 //! `knng bench --what select` and `--what distance`: one kernel alone.
 
 use super::{
-    bind_group, gemm_tiles, grid, read_back, DistanceParams, FilterParams, GpuEngine, GpuTimes, Job, ParamSlots,
-    SelectParams, Step, AUX_NAMES, FILTER_STRIP, TILE_M, TILE_N,
+    bind_group, gemm_tiles, grid, read_back, DistanceParams, GpuEngine, GpuTimes, Job, ParamSlots, SelectParams, Step,
+    AUX_NAMES, TILE_N,
 };
 use crate::error::{Error, Result};
 use rayon::prelude::*;
@@ -24,18 +24,12 @@ impl GpuEngine {
     /// Runs the jobs untimed (the buffers' first use: zero-fill, driver allocation), then
     /// all of them again in one submission, as the engine submits its dispatches: wall seconds from
     /// recording to completion (with `--profile`, not the timestamps' read-back after it).
-    /// `cleared`: zeroed before the timed submission, in it (lists' lengths, which the warm-up
-    /// filled).
-    fn time_jobs(&self, jobs: &[Job<'_>], cleared: Option<&wgpu::Buffer>) -> Result<f64> {
+    fn time_jobs(&self, jobs: &[Job<'_>]) -> Result<f64> {
         let warm_up = self.submit(self.ctx.device.create_command_encoder(&Default::default()), jobs)?;
         self.completion(warm_up)?;
         self.take_profile();
         let started = std::time::Instant::now();
-        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-        if let Some(buffer) = cleared {
-            encoder.clear_buffer(buffer, 0, None);
-        }
-        let submitted = self.submit(encoder, jobs)?;
+        let submitted = self.submit(self.ctx.device.create_command_encoder(&Default::default()), jobs)?;
         crate::trace::mark(|| format!("bench: {} jobs submitted", jobs.len()));
         let completed = self.completion(submitted)?;
         crate::trace::mark(|| "bench: completed".into());
@@ -136,7 +130,7 @@ impl GpuEngine {
             .zip(&binds)
             .map(|(&(offset, groups), bind)| Job { step: Step::SelectRows, offset, groups, bind })
             .collect();
-        let wall = self.time_jobs(&jobs, None)?;
+        let wall = self.time_jobs(&jobs)?;
         // A benchmark of wrong answers would be worthless: check the flags of every set (the
         // last tile of each), and every row of the last tile, whose answers its set's output
         // holds, against a selection on the host.
@@ -186,35 +180,10 @@ impl GpuEngine {
 
     /// Times `distance_tile` alone: the euclidean keys of `rows` query rows against `cols`
     /// corpus rows of dimension `d` (uniform random, prepared on the host), in column tiles
-    /// that fit one binding, after one untimed warm-up tile, all in one submission. With
-    /// `keep`, the appending kernel instead (`distance_append.wgsl`): each row's bound keeps
-    /// about that fraction of its keys, and no dense tile is written; `two_sided` (with
-    /// `keep`), the corpus rows are also rows with lists and bounds of their own, as the rows
-    /// of later tiles are in a symmetric sweep, and each key also goes to its column row's list
-    /// under that row's bound (`distance_append_two_sided.wgsl`); `filter` (with `two_sided`),
-    /// the plain kernel writes each dense tile and a kernel of its own appends its keys to both
-    /// sides' lists (`filter_two_sided.wgsl`), timed apart. Returns (wall seconds of the timed
+    /// that fit one binding, after one untimed warm-up tile, all in one submission; then checks
+    /// the last tile's first row against float64. Returns (wall seconds of the timed
     /// submission, GPU times from timestamps when profiling).
-    #[allow(clippy::too_many_arguments)]
-    pub fn bench_distance(
-        &self,
-        rows: usize,
-        cols: usize,
-        d: usize,
-        seed: u64,
-        keep: Option<f64>,
-        two_sided: bool,
-        filter: bool,
-    ) -> Result<(f64, Option<GpuTimes>)> {
-        if let Some(f) = keep.filter(|f| !(*f > 0.0 && *f <= 0.5)) {
-            return Err(Error::arg("keep", format!("{f}: the fraction of keys kept must be above 0 and at most 0.5")));
-        }
-        if two_sided && keep.is_none() {
-            return Err(Error::arg("two-sided", "appends to lists: give the fraction of keys kept (--keep)"));
-        }
-        if filter && !two_sided {
-            return Err(Error::arg("filter", "filters both sides of a block: give --two-sided and --keep"));
-        }
+    pub fn bench_distance(&self, rows: usize, cols: usize, d: usize, seed: u64) -> Result<(f64, Option<GpuTimes>)> {
         let dim4 = d.div_ceil(4);
         let prepared = |n: usize, seed: u64| {
             let mut v = uniform(n * dim4 * 4, seed);
@@ -244,116 +213,29 @@ impl GpuEngine {
         let corpus = self.upload("corpus", bytemuck::cast_slice(&c))?;
         let q_norm_buf = self.upload("query norms", bytemuck::cast_slice(&q_norms))?;
         let c_norm_buf = self.upload("corpus norms", bytemuck::cast_slice(&c_norms))?;
-        // No row to exclude. Without `keep` no bound: every key is stored, none appended.
-        // With it, each row's bound is the key of rank keep x BOUND_SAMPLE among BOUND_SAMPLE
-        // of its columns (of a corpus row, two-sided: among as many query rows).
-        let bound_of = |own: &[f32], own_norm: f32, others: &[f32], other_norms: &[f32], f: f64| {
-            let n = other_norms.len();
-            let mut keys: Vec<f32> = (0..BOUND_SAMPLE)
-                .map(|s| {
-                    let j = s * n / BOUND_SAMPLE;
-                    let other = &others[j * dim4 * 4..(j + 1) * dim4 * 4];
-                    own_norm + other_norms[j] - 2.0 * own.iter().zip(other).map(|(a, b)| a * b).sum::<f32>()
-                })
-                .collect();
-            let rank = ((f * BOUND_SAMPLE as f64) as usize).min(BOUND_SAMPLE - 1);
-            *keys.select_nth_unstable_by(rank, f32::total_cmp).1
-        };
-        let bounds_of = |own: &[f32], own_norms: &[f32], others: &[f32], other_norms: &[f32]| -> Vec<f32> {
-            match keep {
-                None => vec![f32::INFINITY; own_norms.len()],
-                Some(f) => (0..own_norms.len())
-                    .into_par_iter()
-                    .map(|i| bound_of(&own[i * dim4 * 4..(i + 1) * dim4 * 4], own_norms[i], others, other_norms, f))
-                    .collect(),
-            }
-        };
-        let bounds = bounds_of(&q, &q_norms, &c, &c_norms);
-        let column_bounds = if two_sided { bounds_of(&c, &c_norms, &q, &q_norms) } else { Vec::new() };
-        // Lists of the query rows, then (two-sided) of the corpus rows, each holding what the
-        // timed run appends with room (the warm-up's keys are cleared before it): a bound of
-        // rank r = keep x BOUND_SAMPLE keeps that fraction give or take 1 / sqrt(r) of it
-        // (H100, 3072 x 65536: a row kept 1.6 times the fraction at keep 0.02, r = 20, and
-        // 2.8 times at keep 0.005, r = 5), so the room is 5 / sqrt(r) of the fraction.
-        let with_room = |f: f64, keys: usize| {
-            let rank = (f * BOUND_SAMPLE as f64).max(1.0);
-            (f * keys as f64 * (1.0 + 5.0 / rank.sqrt())).ceil() as usize + 64
-        };
-        let cap = keep.map_or(0, |f| with_room(f, cols).max(if two_sided { with_room(f, rows) } else { 0 }));
-        let list_rows = rows + column_bounds.len();
-        if (list_rows * cap * 8) as u64 > self.max_binding {
-            return Err(Error::TooLargeForDevice(format!(
-                "{list_rows} lists of {cap} pairs do not fit one binding; use a smaller --keep or fewer rows"
-            )));
-        }
-        let state: Vec<[u32; 2]> = bounds.iter().chain(&column_bounds).map(|b| [u32::MAX, b.to_bits()]).collect();
+        // No row to exclude and no bound: every key is stored, none appended to a list.
+        let state: Vec<[u32; 2]> = vec![[u32::MAX, f32::INFINITY.to_bits()]; rows];
         let row_state = self.upload("row state", bytemuck::cast_slice(&state))?;
         let dist = self.buffer("distances", (rows * tile_cols * 4) as u64, storage)?;
-        let list_len = self.buffer("list lengths", (list_rows * 4).max(16) as u64, storage)?;
-        let lists = self.buffer("lists", (list_rows * cap * 8).max(16) as u64, storage)?;
-        let step = match keep {
-            Some(_) if !filter => {
-                self.appending_pipeline(two_sided)?;
-                Step::DistanceAppending { two_sided }
-            }
-            _ => Step::Distance,
-        };
-        let filter_kernel = if filter { Some(self.filter_kernel()?) } else { None };
-        // Two-sided, the corpus rows follow the query rows in the lists and bounds.
-        let first_column = if two_sided { rows } else { 0 };
-        // The filter of `rows` rows of the tile of `c_rows` columns from `c0`.
-        let filter_job = |params: &mut ParamSlots, rows: usize, c0: usize, c_rows: usize| {
-            let strips = rows.div_ceil(FILTER_STRIP.0) * c_rows.div_ceil(FILTER_STRIP.1);
-            let (gx, gy) = grid(strips, self.max_groups);
-            let offset = params.push(FilterParams {
-                rows: rows as u32,
-                cols: c_rows as u32,
-                stride: tile_cols as u32,
-                row_base: 0,
-                col_base: (first_column + c0) as u32,
-                column_begin: first_column as u32,
-                cap: cap as u32,
-                groups_x: gx,
-            });
-            (offset, (gx, gy))
-        };
+        let list_len = self.buffer("list lengths", 16, storage)?;
+        let lists = self.buffer("lists", 16, storage)?;
         let mut params = ParamSlots::default();
-        // Per column tile: the distance dispatch, and the filter's after it.
         let mut jobs_at = Vec::new();
-        let mut last_params = DistanceParams::default();
         for c0 in (0..cols).step_by(tile_cols) {
             let c_rows = tile_cols.min(cols - c0);
             let (gx, gy) = grid(gemm_tiles(rows, c_rows), self.max_groups);
-            last_params = DistanceParams {
+            let tile = DistanceParams {
                 q_rows: rows as u32,
                 c_rows: c_rows as u32,
                 dim4: dim4 as u32,
                 c_offset: c0 as u32,
-                col_base: (first_column + c0) as u32,
+                col_base: c0 as u32,
                 out_stride: tile_cols as u32,
-                mode: 0,
                 groups_x: gx,
-                // The plain kernel appends nothing where the filter does.
-                shortlist_cap: if filter { 0 } else { cap as u32 },
-                row_base: 0,
-                column_end: 0,
-                column_cap: 0,
-                column_begin: first_column as u32,
                 ..Default::default()
             };
-            let filtered = filter.then(|| filter_job(&mut params, rows, c0, c_rows));
-            jobs_at.push((params.push(last_params), (gx, gy), filtered));
+            jobs_at.push((params.push(tile), (gx, gy)));
         }
-        // The last tile again for its first rows, for the check below: dense keys with the
-        // plain kernel (and no list), then with the appending one (whose column side then
-        // holds the keys of those rows alone).
-        let last = (cols - 1) / tile_cols * tile_cols;
-        let checked_rows = rows.min(CHECKED_ROWS);
-        let check_groups = grid(gemm_tiles(checked_rows, cols - last), self.max_groups);
-        let check_params = DistanceParams { q_rows: checked_rows as u32, groups_x: check_groups.0, ..last_params };
-        let plain_check_offset = params.push(DistanceParams { shortlist_cap: 0, ..check_params });
-        let check_offset = params.push(check_params);
-        let filter_check = filter.then(|| filter_job(&mut params, checked_rows, last, cols - last));
         let uniform_buf = self.upload_uniform(&params)?;
         let bind = bind_group(
             &self.ctx.device,
@@ -361,44 +243,12 @@ impl GpuEngine {
             &uniform_buf,
             &[&queries, &corpus, &q_norm_buf, &c_norm_buf, &row_state, &dist, &list_len, &lists],
         );
-        let filter_bind = filter_kernel
-            .map(|k| bind_group(&self.ctx.device, &k.layout, &uniform_buf, &[&dist, &row_state, &list_len, &lists]));
-        let filter_step = |(offset, groups): (u32, (u32, u32))| Job {
-            step: Step::Filter,
-            offset,
-            groups,
-            bind: filter_bind.as_ref().expect("bound where filtering"),
-        };
-        let jobs: Vec<Job<'_>> = jobs_at
-            .iter()
-            .flat_map(|&(offset, groups, filtered)| {
-                std::iter::once(Job { step, offset, groups, bind: &bind }).chain(filtered.map(filter_step))
-            })
-            .collect();
-        let wall = self.time_jobs(&jobs, keep.is_some().then_some(&list_len))?;
+        let jobs: Vec<Job<'_>> =
+            jobs_at.iter().map(|&(offset, groups)| Job { step: Step::Distance, offset, groups, bind: &bind }).collect();
+        let wall = self.time_jobs(&jobs)?;
         let profile = self.take_profile();
-        if keep.is_some() {
-            let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-            encoder.clear_buffer(&list_len, 0, None);
-            let check = [
-                Job { step: Step::Distance, offset: plain_check_offset, groups: check_groups, bind: &bind },
-                match filter_check {
-                    Some(filtered) => filter_step(filtered),
-                    None => Job { step, offset: check_offset, groups: check_groups, bind: &bind },
-                },
-            ];
-            let submitted = self.submit(encoder, &check)?;
-            self.completion(submitted)?;
-            self.take_profile();
-            let tile = AppendedTile { dist: &dist, list_len: &list_len, lists: &lists, stride: tile_cols, cap };
-            tile.check_rows(self, &bounds[..checked_rows], first_column + last, cols - last)?;
-            if two_sided {
-                let checked_cols = (cols - last).min(CHECKED_ROWS);
-                let bounds = &column_bounds[last..last + checked_cols];
-                tile.check_columns(self, bounds, checked_rows, first_column + last)?;
-            }
-        }
         // Check the last tile's first row against float64 on the host.
+        let last = (cols - 1) / tile_cols * tile_cols;
         let got: Vec<f32> = read_back(self, &dist, Some(tile_cols * 4))?;
         let row = |m: &[f32], i: usize| m[i * dim4 * 4..i * dim4 * 4 + d].iter().map(|&x| x as f64).collect::<Vec<_>>();
         let q0 = row(&q, 0);
@@ -415,80 +265,5 @@ impl GpuEngine {
             }
         }
         Ok((wall, profile))
-    }
-}
-
-/// Columns of each row whose keys set its bound in the appending benchmark.
-const BOUND_SAMPLE: usize = 1024;
-
-/// Rows (and, two-sided, columns) whose appended lists the appending benchmark checks against
-/// the dense tile: two workgroup tiles' worth, every row of an invocation's eight.
-const CHECKED_ROWS: usize = 2 * TILE_M as usize;
-
-/// The appending kernel's output for the last column tile, beside its dense keys (`stride`
-/// the dense tile's row stride, `cap` pairs a list).
-struct AppendedTile<'a> {
-    dist: &'a wgpu::Buffer,
-    list_len: &'a wgpu::Buffer,
-    lists: &'a wgpu::Buffer,
-    stride: usize,
-    cap: usize,
-}
-
-impl AppendedTile<'_> {
-    /// Checks the lists of the first `bounds.len()` rows (the tile's `tile` columns from
-    /// `col_base`): each must hold exactly the columns whose dense key is below the row's
-    /// bound, with the same key bits.
-    fn check_rows(&self, gpu: &GpuEngine, bounds: &[f32], col_base: usize, tile: usize) -> Result<()> {
-        let rows = bounds.len();
-        let dense: Vec<f32> = read_back(gpu, self.dist, Some(rows * self.stride * 4))?;
-        let lens: Vec<u32> = read_back(gpu, self.list_len, Some(rows * 4))?;
-        let pairs: Vec<[u32; 2]> = read_back(gpu, self.lists, Some(rows * self.cap * 8))?;
-        for (i, &bound) in bounds.iter().enumerate() {
-            let want = (0..tile)
-                .filter(|&j| dense[i * self.stride + j] < bound)
-                .map(|j| [dense[i * self.stride + j].to_bits(), (col_base + j) as u32]);
-            self.compare(&format!("row {i}"), lens[i] as usize, &pairs[i * self.cap..], want.collect())?;
-        }
-        Ok(())
-    }
-
-    /// Checks the lists of the tile's first `bounds.len()` columns, rows `first_list..` of the
-    /// lists (two-sided): each must hold exactly the first `rows` query rows whose dense key is
-    /// below the column row's bound.
-    fn check_columns(&self, gpu: &GpuEngine, bounds: &[f32], rows: usize, first_list: usize) -> Result<()> {
-        let dense: Vec<f32> = read_back(gpu, self.dist, Some(rows * self.stride * 4))?;
-        let lists = first_list + bounds.len();
-        let lens: Vec<u32> = read_back(gpu, self.list_len, Some(lists * 4))?;
-        let pairs: Vec<[u32; 2]> = read_back(gpu, self.lists, Some(lists * self.cap * 8))?;
-        for (j, &bound) in bounds.iter().enumerate() {
-            let want = (0..rows)
-                .filter(|&i| dense[i * self.stride + j] < bound)
-                .map(|i| [dense[i * self.stride + j].to_bits(), i as u32]);
-            let list = first_list + j;
-            self.compare(&format!("column {j}"), lens[list] as usize, &pairs[list * self.cap..], want.collect())?;
-        }
-        Ok(())
-    }
-
-    /// One list of `len` pairs at the start of `pairs` against the pairs it should hold.
-    fn compare(&self, what: &str, len: usize, pairs: &[[u32; 2]], mut want: Vec<[u32; 2]>) -> Result<()> {
-        if len > self.cap {
-            return Err(Error::Gpu(format!(
-                "appending benchmark: {what} kept {len} keys, more than its list's {}",
-                self.cap
-            )));
-        }
-        let mut got = pairs[..len].to_vec();
-        want.sort_unstable_by_key(|p| p[1]);
-        got.sort_unstable_by_key(|p| p[1]);
-        if got != want {
-            return Err(Error::Gpu(format!(
-                "appending benchmark: {what}'s list of {} keys is not the {} keys under its bound in the dense tile",
-                got.len(),
-                want.len()
-            )));
-        }
-        Ok(())
     }
 }

@@ -15,6 +15,7 @@
 
 mod bench;
 mod context;
+mod diagnose;
 mod session;
 pub mod shaders;
 
@@ -34,6 +35,7 @@ use crate::search::Options;
 
 use context::Context;
 pub use context::{adapters, AdapterReport};
+pub use diagnose::missing_gpu_hint;
 
 /// Default GPU memory budget: wgpu does not report how much memory an adapter has, so this
 /// is what any adapter of its kind can be expected to hold. Discrete GPUs of the last several
@@ -143,8 +145,7 @@ struct DistanceParams {
     column_cap: u32,
     /// Vec4s of ranked answers to publish (distance_publish.wgsl); 0: none.
     publish_len: u32,
-    /// Two-sided appending (distance_append_two_sided.wgsl): columns from this global index
-    /// on also feed their own lists.
+    /// Unused by distance.wgsl; kept so that the struct's layout stays that of its `Params`.
     column_begin: u32,
     _pad: [u32; 2],
 }
@@ -335,17 +336,11 @@ pub(crate) struct GpuEngine {
     /// mapped buffers can be bound as storage: a module of its own, so that the dispatches
     /// that publish nothing run the plain kernel, every workgroup a tile.
     distance_publish: Option<Kernel>,
-    /// The distance GEMM with the appending epilogue (`distance_append.wgsl`), one-sided and
-    /// two-sided, each built on first use: only `knng bench --what distance --keep` runs them
-    /// so far.
-    distance_appending: [std::sync::OnceLock<wgpu::ComputePipeline>; 2],
-    /// The two-sided filter of dense blocks (`filter_two_sided.wgsl`), built on first use: bounded
-    /// sweeps and `knng bench --what distance --two-sided --filter` run it.
+    /// The two-sided filter of dense blocks (`filter_two_sided.wgsl`), built on first use by
+    /// bounded sweeps.
     filter: std::sync::OnceLock<Kernel>,
     /// The sample gather and list kernels of bounded sweeps, built on first use.
     bounded: std::sync::OnceLock<BoundedKernels>,
-    /// Depth of the distance kernel's workgroup tiles (`BK`).
-    tile_depth: u32,
     select: Kernel,
     /// `select_rows_per_subgroup`, for merging short candidate lists, where subgroups exist.
     merge_per_subgroup: Option<wgpu::ComputePipeline>,
@@ -619,10 +614,8 @@ impl GpuEngine {
             norms,
             distance,
             distance_publish,
-            distance_appending: Default::default(),
             filter: Default::default(),
             bounded: Default::default(),
-            tile_depth: depth,
             select,
             merge_per_subgroup,
             refine,
@@ -640,28 +633,6 @@ impl GpuEngine {
             max_binding,
             budget,
         })
-    }
-
-    /// The appending distance pipeline (`distance_append.wgsl`), one-sided or `two_sided`,
-    /// built on first use; it shares the plain distance kernel's bindings. The one-sided form
-    /// counts by subgroup scans where the adapter has subgroup barriers.
-    fn appending_pipeline(&self, two_sided: bool) -> Result<&wgpu::ComputePipeline> {
-        let slot = &self.distance_appending[two_sided as usize];
-        if let Some(built) = slot.get() {
-            return Ok(built);
-        }
-        let form = match (two_sided, self.ctx.subgroup_barrier) {
-            (true, _) => shaders::AppendForm::TwoSided,
-            (false, true) => shaders::AppendForm::Subgroup,
-            (false, false) => shaders::AppendForm::Workgroup,
-        };
-        let tile = tile_constants(self.tile_depth);
-        let built = self.ctx.allocating(|| {
-            let source = shaders::distance_appending(self.tile_depth, form);
-            let module = shader_module(&self.ctx, "distance appending", &source, Checks::Unchecked);
-            pipeline(&self.ctx, "distance appending", &self.distance.layout, &module, "distance_tile", &tile)
-        })?;
-        Ok(slot.get_or_init(|| built))
     }
 
     /// The two-sided filter kernel (`filter_two_sided.wgsl`), built on first use.
@@ -799,12 +770,6 @@ enum Step {
     Distance,
     /// A distance tile that also publishes the previous query tile's answers.
     DistancePublishing,
-    /// A distance tile whose keys under each row's bound are appended to the row's list, with
-    /// no dense tile written (`distance_append.wgsl`); `two_sided`: also under each column
-    /// row's bound to that row's list.
-    DistanceAppending {
-        two_sided: bool,
-    },
     /// The two-sided filter of a dense block (`filter_two_sided.wgsl`).
     Filter,
     /// A bounded sweep's sample rows gathered (`gather_rows.wgsl`).
@@ -922,7 +887,7 @@ impl GpuTimes {
     fn add(&mut self, step: Step, seconds: f64) {
         match step {
             Step::Norms => self.prepare_rows += seconds,
-            Step::Distance | Step::DistancePublishing | Step::DistanceAppending { .. } => self.distance += seconds,
+            Step::Distance | Step::DistancePublishing => self.distance += seconds,
             Step::SelectRows => self.select += seconds,
             Step::Filter => self.filter += seconds,
             Step::GatherRows | Step::SelectShort => self.lists += seconds,
@@ -985,9 +950,6 @@ impl GpuEngine {
                     Step::DistancePublishing => {
                         &self.distance_publish.as_ref().expect("only planned where it exists").pipeline
                     }
-                    Step::DistanceAppending { two_sided } => self.distance_appending[two_sided as usize]
-                        .get()
-                        .expect("built (`appending_pipeline`) before it is planned"),
                     Step::Filter => &self.filter.get().expect("built (`filter_kernel`) before it is planned").pipeline,
                     Step::GatherRows | Step::SelectShort => {
                         let built = self.bounded.get().expect("built (`bounded_kernels`) before it is planned");

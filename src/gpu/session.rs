@@ -221,7 +221,7 @@ impl TileKey {
     /// Whether a symmetric sweep computes each mutual pair's exact key once (`mutual` in
     /// refine.wgsl): where every row's lists stay on the GPU, are ranked there, fit one sort
     /// (`MAX_CERTIFY_KC`), and are long enough for the exact keys to dominate (`WIDE_ROWS`).
-    /// At n=16384 d=4096 k=512, 72% of the pairs are listed by both their rows.
+    /// Graphs of long rows list most of their pairs in both rows (notes/exactness.md).
     fn shares_mutual_keys(&self) -> bool {
         self.tiles.symmetric
             && self.gpu_exact
@@ -660,9 +660,10 @@ impl CorpusSession<'_> {
             Some((_, earlier)) => {
                 // A later round has fewer rows and longer lists: in query tiles small enough,
                 // it runs in the buffers of the round before. Allocating (and first touching)
-                // new ones took 100-200 ms on an H100 where the round itself took 1 ms. The
-                // set keeps the sizes it was made with, so the next call of the first round's
-                // shape (symmetric sweeps included) finds it as planned.
+                // new ones costs far more than such a round (notes/exactness.md, "Later rounds
+                // in the first round's buffers"). The set keeps the sizes it was made with, so
+                // the next call of the first round's shape (symmetric sweeps included) finds it
+                // as planned.
                 let mut query_rows = tiles.query_rows;
                 let fewest = query_rows.min(MIN_REUSED_QUERY_ROWS);
                 let mut within = earlier.sizes.hold(&TileSizes::of(d, &key)).then_some(key);
@@ -702,8 +703,8 @@ impl CorpusSession<'_> {
         let tiles = key.tiles;
         let q = tiles.query_rows;
         // Ranked rows need only k answers each on the host. Every query tile overwrites its
-        // rows of these arrays: zeroed pages cost nothing until then (at k=4096, 5 GB written
-        // with sentinels on one core took 1.4 s).
+        // rows of these arrays: zeroed pages cost nothing until then, where sentinels written
+        // first took seconds at large k (notes/exactness.md).
         let lists = if certify.is_some() { 0 } else { nq * kc };
         let mut out = Candidates {
             exact: (gpu_exact && certify.is_none()).then(|| zeroed_answers(lists)),
@@ -851,7 +852,8 @@ impl CorpusSession<'_> {
                 }
                 // The tile that last used this tile's staging buffer must have been read.
                 // The reader of the tile `slots - 1` behind starts first, beside the one being
-                // waited for: at n=65536 k=1000 the readers, 2-3 ms a tile, pace the loop.
+                // waited for: at large k the readers' copy-outs pace the loop (notes/select.md,
+                // "Two readers at once").
                 if let Some(behind) = (t + 1).checked_sub(slots) {
                     start_oldest(behind, &mut reading, &mut unread, &mut parts)?;
                 }
@@ -1515,8 +1517,8 @@ fn join<T>(reader: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
     reader.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-/// Copies out of mapped memory on every core: a single core reads uncached mapped memory at a
-/// few GB/s (measured: 786 MB of ranked answers took 450 ms).
+/// Copies out of mapped memory on every core: a single core reads uncached mapped memory too
+/// slowly to keep up with the GPU (notes/exactness.md).
 fn parallel_copy<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
     dst.par_chunks_mut(1 << 16).zip(src.par_chunks(1 << 16)).for_each(|(d, s)| d.copy_from_slice(s));
 }

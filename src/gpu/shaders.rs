@@ -7,16 +7,6 @@ const DISTANCE: &str = include_str!("../../shaders/distance.wgsl");
 /// Copies the previous query tile's ranked answers into the read-back buffer from inside the
 /// distance GEMM (`shaders/distance_publish.wgsl`).
 const DISTANCE_PUBLISH: &str = include_str!("../../shaders/distance_publish.wgsl");
-/// The epilogue that appends keys under each row's bound instead of writing the dense tile: what
-/// both forms share (`shaders/distance_append.wgsl`), the form with subgroup scans
-/// (`shaders/distance_append_subgroup.wgsl`) and the one with workgroup counters
-/// (`shaders/distance_append_workgroup.wgsl`).
-const DISTANCE_APPEND: &str = include_str!("../../shaders/distance_append.wgsl");
-const DISTANCE_APPEND_SUBGROUP: &str = include_str!("../../shaders/distance_append_subgroup.wgsl");
-const DISTANCE_APPEND_WORKGROUP: &str = include_str!("../../shaders/distance_append_workgroup.wgsl");
-/// The appending epilogue of symmetric blocks, which also appends each key to its column row's
-/// list (`shaders/distance_append_two_sided.wgsl`).
-const DISTANCE_APPEND_TWO_SIDED: &str = include_str!("../../shaders/distance_append_two_sided.wgsl");
 /// The two-sided filter of a dense block, a kernel of its own (`shaders/filter_two_sided.wgsl`).
 const FILTER_TWO_SIDED: &str = include_str!("../../shaders/filter_two_sided.wgsl");
 /// A bounded sweep's sample rows, gathered from the prepared corpus (`shaders/gather_rows.wgsl`).
@@ -73,36 +63,6 @@ pub fn distance(depth: u32, publish: bool) -> String {
         PLAIN_TILES.to_string()
     };
     unroll(&format!("{DISTANCE}\n{publish}"), &[("BK", depth)])
-}
-
-/// Where distance.wgsl's epilogue starts: from this line to the end of `distance_tile`, the
-/// last function of the file.
-const EPILOGUE_MARK: &str = "    // Epilogue: replaced by the appending variant's";
-
-/// How the appending epilogue counts and where its keys go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AppendForm {
-    /// Each row's keys to its own list, counted by subgroup scans.
-    Subgroup,
-    /// Each row's keys to its own list, counted by workgroup counters.
-    Workgroup,
-    /// Each key to its row's list and to its column row's list (symmetric blocks), counted by
-    /// workgroup counters.
-    TwoSided,
-}
-
-/// The distance GEMM with the appending epilogue of distance_append.wgsl: keys under each
-/// row's bound go to the row's list and no dense tile is written. Every workgroup a tile.
-pub fn distance_appending(depth: u32, form: AppendForm) -> String {
-    let at = DISTANCE.find(EPILOGUE_MARK).expect("distance.wgsl marks its epilogue");
-    let accumulators = (0..8).map(|r| format!("r{r}c0, r{r}c1")).collect::<Vec<_>>().join(", ");
-    let gemm = format!("{}    append_tile(row0, col0, tx, ty, lid, {accumulators});\n}}\n", &DISTANCE[..at]);
-    let form = match form {
-        AppendForm::Subgroup => DISTANCE_APPEND_SUBGROUP,
-        AppendForm::Workgroup => DISTANCE_APPEND_WORKGROUP,
-        AppendForm::TwoSided => DISTANCE_APPEND_TWO_SIDED,
-    };
-    unroll(&format!("{gemm}\n{PLAIN_TILES}\n{DISTANCE_APPEND}\n{form}"), &[("BK", depth)])
 }
 
 /// The two-sided filter of a dense block, with its strip's shape as constants and its marked
@@ -192,9 +152,6 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("norms", NORMS.to_string(), false, false),
         m("distance", distance(super::TILE_K, false), false, false),
         m("distance_publish", distance(super::TILE_K, true), false, false),
-        m("distance_appending_subgroup", distance_appending(super::TILE_K, AppendForm::Subgroup), true, false),
-        m("distance_appending_workgroup", distance_appending(super::TILE_K, AppendForm::Workgroup), false, false),
-        m("distance_appending_two_sided", distance_appending(super::TILE_K, AppendForm::TwoSided), false, false),
         m("filter_two_sided", filter_two_sided(), false, false),
         m("gather_rows", GATHER_ROWS.to_string(), false, false),
         m("bounded_lists", bounded_lists(), false, false),
