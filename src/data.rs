@@ -174,8 +174,8 @@ impl AnswerMemory {
 /// `len` zeros in memory fresh from the system, for the large arrays that answers are written
 /// into. On Linux the kernel is asked to back them with 2 MiB pages (where transparent huge
 /// pages are on or `madvise`): writing a large k's answers touches every page first, and
-/// with 4 KiB pages those faults cost the host more than the copies themselves (n=65536
-/// k=4096 on a 16-core H100 machine: 2.1 GB of answers, 221-385 -> 189-236 ms a graph).
+/// with 4 KiB pages those faults cost the host more than the copies themselves
+/// (notes/exactness.md, "Answer arrays on 2 MiB pages").
 pub(crate) fn zeroed_answers<T: bytemuck::Zeroable>(len: usize) -> Vec<T> {
     let answers = bytemuck::zeroed_vec(len);
     advise_huge_pages(&answers);

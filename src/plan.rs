@@ -78,10 +78,7 @@ pub(crate) const MAX_COLUMN_TILE: usize = 16384;
 
 /// Largest distance tile width where every tile is selected densely (lists longer than
 /// [`DENSE_KC`]): a merge of two long lists costs about as much as the select of a tile, so
-/// fewer, wider tiles save merges. H100, d=128, graph ms with 16384 / 65536 columns, same
-/// command, identical output: n=65536 k=256 67 / 63-65, k=1000 110 / 99-100 (merges 14 ms
-/// -> none), k=2048 165 / 144, k=4096 287 / 246; n=262144 k=1000 1303 / 1161 (merges 271 ->
-/// 64 ms).
+/// fewer, wider tiles save merges (notes/select.md, "Dense selects for long lists").
 pub(crate) const MAX_DENSE_COLUMN_TILE: usize = 65536;
 
 /// Fewest query rows worth taking wide dense tiles for (where narrow ones allow more): enough
@@ -219,10 +216,8 @@ fn plan_tiles_within(
 
 /// Lists longer than this select every distance tile densely instead of keeping shortlists:
 /// a later tile appends about kc / t keys a row, each an atomic slot taken in the GEMM's
-/// epilogue, and at large kc that slowed the GEMM more than dense selects cost. H100, n=65536
-/// d=128, 16384-column tiles, graph ms with shortlists / dense: k=256 (kc=320) 79-84 / 76-80,
-/// k=1000 139-180 / 127-131 (GEMM 52 -> 32 ms, select 8 -> 17), k=2048 225 / 204-217, k=4096
-/// 418-448 / 363-379 (GEMM 111 -> 33 ms).
+/// epilogue, and at large kc that slowed the GEMM more than dense selects cost
+/// (notes/select.md, "Dense selects for long lists").
 pub(crate) const DENSE_KC: usize = 256;
 
 /// One workgroup per query row in the select; a 2-D dispatch covers 65535^2, but tiles stay
@@ -256,11 +251,9 @@ fn query_row_bytes(
 /// once per later tile (about kc work, and a dispatch slot, per row and tile), and rows are
 /// read back only once every tile is swept, not behind the next tile's GEMM. Minimising
 /// G (T + 1) / 2T + c n (T - 1) / 2 gives T = sqrt(G / c n), with G / c n proportional to
-/// n d / kc; the constant and the thresholds come from H100 runs with the 4 GiB default
-/// budget (`notes/distance.md`): n=262144 d=128 kc=26 best near 12 tiles, n=2^20 d=96 kc=32
-/// near 20; n d / kc = 52000 and more gain 5-23%, 26000 (n=65536 k=256) is even, 6700
-/// (k=1000) loses 10-35%. Under 2^37 products (n=32768 at d=128) the GEMM (2 ms at
-/// n=16384 d=128) does not cover a tile's fixed costs; n=16384 d=4096 (54 ms) gains 7%.
+/// n d / kc; the constant and the thresholds come from measured graphs with the 4 GiB default
+/// budget (`notes/distance.md`, "Symmetric blocks for graphs"). Under 2^37 products (n=32768
+/// at d=128) the GEMM does not cover a tile's fixed costs.
 fn symmetric_tiles(n: usize, d: usize, kc: usize) -> Option<usize> {
     let work = n as f64 * d as f64 / kc as f64;
     let products = n as f64 * n as f64 * d as f64;
@@ -327,9 +320,8 @@ pub(crate) fn plan_symmetric(
     let double = plan_with(2);
     let (most, read_backs) = if double >= single - single / 4 && double > 0 { (double, 2) } else { (single, 1) };
     let wanted = n.div_ceil(tiles).max(SYMMETRIC_TILE).next_multiple_of(ALIGN_ROWS);
-    // Each tile also costs a submission, a wait and a finishing pass (about a millisecond on
-    // an H100): n=262144 in 138 tiles of the 1 GiB default budget ran 838 -> 947 ms, n=2^20
-    // in 64 tiles (20 wanted) 7.5 -> 4.7 s.
+    // Each tile also costs a submission, a wait and a finishing pass: far more tiles than
+    // wanted lose what the sweep saves, a few times more still gain (notes/distance.md).
     if most == 0 || (!forced && n.div_ceil(most) > 4 * tiles) {
         return None;
     }
@@ -385,8 +377,8 @@ impl SweptTile {
 
 /// Rows a bounded sweep's sample aims for, smallest first: the smallest whose lists fit the
 /// short select. A smaller sample costs less GEMM and select but bounds rows less tightly,
-/// so lists grow: H100, n=65536 k=1000, GPU span 45.2 ms with 4096 rows (lists of 2560), 44.4
-/// with 2048 (3328); 1024 rows would need lists over MAX_SHORT_SELECT (notes/select.md).
+/// so lists grow; 2048 rows measured faster than 4096 where their lists fit, and 1024 would
+/// need lists over MAX_SHORT_SELECT (notes/select.md, "Two readers at once").
 const SAMPLE_ROWS: [usize; 2] = [2048, 4096];
 
 /// Standard deviations of a row's count under its bound between kc and the expected count
@@ -470,8 +462,8 @@ pub(crate) fn plan_bounded(
 pub(crate) const MAX_SHORT_SELECT: usize = 4096;
 
 /// Largest query tile of a bounded sweep: fewer passes end in fewer partial waves, against
-/// larger diagonal blocks computed whole. H100, n=65536 k=1000 (sample of 2048): GPU span
-/// 41.6 ms with tiles of 3008 rows, 40.8 with 4096 (notes/select.md).
+/// larger diagonal blocks computed whole (notes/select.md, "The filter's strips, the tiles and
+/// the sample").
 const BOUNDED_TILE: usize = 4096;
 
 /// The sample (of about `aim` rows) and the bound's rank for `n` rows and `kc` candidates,
