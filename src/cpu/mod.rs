@@ -318,8 +318,7 @@ impl CorpusSession<'_> {
     ) -> Candidates {
         let n = self.corpus.rows();
         // A task holds two blocks' lists while it offers keys: with fewer than two blocks a
-        // thread, threads would wait for each other's blocks (n=6000 on 2 threads, 6 blocks:
-        // 33 ms against 43 plain; not measured on more threads).
+        // thread, threads would wait for each other's blocks (notes/exactness.md).
         let blocks_per_thread = n.div_ceil(SYMMETRIC_BLOCK) / rayon::current_num_threads();
         let worth_it =
             kc <= SYMMETRIC_MAX_KC && n.saturating_mul(16 * kc) <= SYMMETRIC_LISTS_MAX_BYTES && blocks_per_thread >= 2;

@@ -53,18 +53,14 @@ const _: () = assert!(REFINE_WG.is_multiple_of(8));
 /// Invocations per candidate of `exact_keys_grouped` over rows of `dim4` vec4s: the most, up to
 /// 8, that leave each at least 8 vec4s to read. More invocations per candidate mean more
 /// partial sums through workgroup memory and more registers idle; fewer, a longer loop each.
-/// Measured on an H100 (n=65536 k=1000 at d = 32, 64, 128, 200, euclidean and cosine;
-/// notes/exactness.md): this width was the best of 1, 2, 4 and 8 or within 0.1 ms of it.
+/// The widths measured: `notes/exactness.md`.
 fn refine_group(dim4: usize) -> usize {
     group_width(dim4, 8, 8)
 }
 
 /// Invocations per candidate of `exact_keys_grouped` over rows of `d` values read one at a
 /// time (lengths not a multiple of 4): the most, up to 4, that leave each at least 16 values.
-/// Measured on an H100 (n=65536 k=1000, exact keys in ms for 1 / 2 / 4 / 8 invocations;
-/// notes/exactness.md): d=38 6.6 / 5.2 / 7.0 / 9.8, d=50 10.1 / 6.6 / 8.2 / 11.4, d=74 17.6 /
-/// 10.6 / 10.9 / 14.3, d=150 43.0 / 25.0 / 24.0 / 26.1; 8, used before, was the slowest but
-/// one everywhere.
+/// Eight invocations were the slowest but one at every length measured (`notes/exactness.md`).
 fn scalar_refine_group(d: usize) -> usize {
     group_width(d, 4, 16)
 }
@@ -198,10 +194,8 @@ const SHORT_SELECT_LISTS: u32 = 1;
 
 /// Rows and columns of the block one workgroup of filter_two_sided.wgsl takes (one invocation
 /// a column; the module is built with them, `shaders::filter_two_sided`). Short strips hold
-/// few keys in registers, so more workgroups run at once, for more atomics a key: H100, the
-/// filter of n=65536 k=1000's bounded sweep took 8.57 ms with strips of 64 x 128, 6.41 with 32
-/// x 128, 6.13 with 32 x 256, 5.58 with 16 x 256, 5.68 with 16 x 512, 5.84 with 8 x 256
-/// (notes/select.md).
+/// few keys in registers, so more workgroups run at once, for more atomics a key; 16 x 256 was
+/// the fastest of the shapes measured (`notes/select.md`, "Bounded sweeps").
 const FILTER_STRIP: (usize, usize) = (16, 256);
 
 /// `Params` of select.wgsl.
@@ -248,17 +242,15 @@ fn reported_as(metric: Metric) -> u32 {
 }
 
 /// Lists longer than this are merged by a workgroup per row (`select_rows`) instead of a
-/// subgroup (`select_rows_per_subgroup`), whose 32 lanes walk 2 kc pairs. H100, n=65536 d=128,
-/// merge ms subgroup / workgroup: kc=80 5 / 8, kc=320 7 / 9, kc=1250 22 / 14, kc=2560 44 / 21,
-/// kc=5120 95 / 37 (graph k=1000 130-132 -> 120-122 ms, k=4096 360-367 -> 309-325).
+/// subgroup (`select_rows_per_subgroup`), whose 32 lanes walk 2 kc pairs: the subgroup is
+/// faster up to a few hundred pairs, the workgroup beyond (`notes/select.md`).
 const WIDE_MERGE_KC: usize = 512;
 
 /// Longest candidate list ranked and certified by one workgroup per row: certify.wgsl sorts a
 /// row in workgroup memory (12 bytes a candidate); longer lists are sorted in runs this long
 /// and ranked across them. 1024 rather than 2048: a list of 1250 (k=1000) was padded to a
-/// 2048-wide sort, and the smaller workgroup memory keeps more rows resident. H100, ranking
-/// ms at 2048 -> 1024: n=65536 k=1000 23 -> 10, k=256 7 -> 3, k=2048 42 -> 23, n=262144 k=10
-/// 13 -> 5 (`notes/exactness.md`).
+/// 2048-wide sort, and the smaller workgroup memory keeps more rows resident
+/// (`notes/exactness.md`).
 pub(crate) const MAX_CERTIFY_KC: usize = 1024;
 const _: () = assert!(MAX_CERTIFY_KC.is_power_of_two());
 

@@ -164,7 +164,7 @@ mod tests {
         let at = bytes.windows(pattern.len()).position(|w| w == pattern).expect("the dataspace message");
         bytes[at + 2] = 0xff;
         std::fs::write(&p, &bytes).unwrap();
-        let msg = message(read_matrix(p.to_str().unwrap()).err().expect("refused"));
+        let msg = message(read_matrix(p.to_str().unwrap()).unwrap_err());
         assert!(msg.contains("bad.h5"), "{msg}");
     }
 
