@@ -25,7 +25,11 @@ pub(crate) fn open(path: &Path) -> Result<Mapped> {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             Error::file(path, format!("not a valid .npy file: the header is truncated ({} bytes in all)", map.len()))
         } else {
-            Error::file(path, format!("not a valid .npy file: {e}"))
+            // The header parser's message draws the header over several lines: its first says
+            // what and where.
+            let what = e.to_string();
+            let first = what.lines().next().unwrap_or_default().replace(" error:  --> ", " error at line:column ");
+            Error::file(path, format!("not a valid .npy file: {}", first.trim_end_matches([' ', ':'])))
         }
     })?;
     let data_offset = map.len() - rest.len();

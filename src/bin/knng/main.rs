@@ -288,7 +288,9 @@ fn main() -> ExitCode {
     match outcome {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(Failure(message))) => {
-            eprintln!("error: {message}");
+            // One line, whatever a library's message looks like.
+            let line: Vec<&str> = message.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+            eprintln!("error: {}", line.join(" "));
             ExitCode::from(1)
         }
         // The hook has already said what happened.
