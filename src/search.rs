@@ -52,7 +52,9 @@ pub struct Options {
     pub adapter: Option<String>,
     /// Select and merge without subgroup operations even when the adapter has them.
     pub no_subgroups: bool,
-    /// In [`Knn::graph`], count each point as its own nearest neighbour.
+    /// In [`Knn::graph`], count each point as its own nearest neighbour: it comes first in its
+    /// own list, before exact duplicates at the same distance 0. Under
+    /// [`Metric::InnerProduct`] a point is ranked by its product like any other row.
     pub include_self: bool,
     /// GPU memory the engine may allocate, in bytes (default: 4 GiB on discrete GPUs, 1 GiB
     /// on others; wgpu does not report an adapter's memory). An allocation that fails halves
@@ -76,26 +78,25 @@ pub struct Options {
     /// Cap on corpus rows per GPU distance tile (default: 16384, or 65536 for lists of more
     /// than 256 candidates, which select every tile densely). Lower values give small
     /// problems many tiles, so that tests reach the merges and shortlists of large ones.
-    #[doc(hidden)]
     pub max_column_tile: Option<usize>,
     /// Cap on query rows per GPU query tile (default: what the memory budget allows). Lower
     /// values cut small graphs into several tiles, so that tests reach symmetric blocks.
-    #[doc(hidden)]
     pub max_query_tile: Option<usize>,
     /// Whether graphs are swept in symmetric blocks (each distance computed once for both
     /// rows): `None` lets the backend decide (on the GPU, where memory allows and k is small
     /// relative to n and d; on the CPU, for lists of up to 256 candidates with at least two
     /// blocks of 1024 rows a thread), `Some` forces it on or off.
-    #[doc(hidden)]
     pub symmetric_graphs: Option<bool>,
     /// Whether graphs with long candidate lists (k above about 200) are swept on the GPU over
     /// the upper triangle of the distance matrix under bounds from a sample of the rows (each
     /// distance computed once): `None` lets the planner decide, `Some` forces it on (wherever
     /// it fits) or off.
-    #[doc(hidden)]
     pub bounded_sweeps: Option<bool>,
     /// Depth of the distance kernel's workgroup tiles: 4, 8, 16 (default) or 32. For tuning.
-    #[doc(hidden)]
+    ///
+    /// This and the caps and switches above it override the planner's choices, for tests that
+    /// must reach the paths of large problems on small ones and for tuning; answers are the
+    /// same whatever they are set to.
     pub distance_tile_depth: Option<u32>,
 }
 
@@ -214,7 +215,6 @@ impl Knn {
     /// Times the GPU selection kernel alone on `rows` rows of `cols` uniform random keys,
     /// keeping the `k` smallest of each row: (wall seconds, GPU times with
     /// [`Options::profile`]). For `knng bench --what select`; an error on the CPU backend.
-    #[doc(hidden)]
     pub fn bench_select(&self, rows: usize, cols: usize, k: usize) -> Result<(f64, Option<GpuTimes>)> {
         match &self.engine {
             Engine::Gpu(g) => g.bench_select(rows, cols, k, 1),
@@ -225,7 +225,6 @@ impl Knn {
     /// Times the GPU distance kernel alone: euclidean keys of `rows` uniform random query rows
     /// against `cols` corpus rows of dimension `d`: (wall seconds, GPU times with
     /// [`Options::profile`]). For `knng bench --what distance`; an error on the CPU backend.
-    #[doc(hidden)]
     pub fn bench_distance(&self, rows: usize, cols: usize, d: usize) -> Result<(f64, Option<GpuTimes>)> {
         match &self.engine {
             Engine::Gpu(g) => g.bench_distance(rows, cols, d, 1),
