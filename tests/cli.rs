@@ -434,7 +434,7 @@ fn bad_inputs_fail_cleanly_without_output() {
     let before = listing(d);
     let self_csv = p("self.csv");
     let args = vec!["graph", &self_csv, "-k", "1", "-o", &self_csv, "--backend", "cpu"];
-    fails(&args, 1, &["self.csv", "overwrite an input"]);
+    fails(&args, 1, &["self.csv", "overwrite the input"]);
     assert_eq!(listing(d), before);
     assert_eq!(std::fs::read_to_string(d.join("self.csv")).unwrap(), "1,2\n3,4\n5,6\n");
 }

@@ -280,7 +280,7 @@ fn messages_name_what_is_wrong() {
     let run = knng(&["search", s(&d.join("x.npy")), "--queries", s(&d.join("q.csv")), "-k", "2", "-o", s(&out)]);
     let err = text(&run.stderr);
     assert!(run.status.success(), "{err}");
-    assert!(err.contains("1 row x 2 columns") && !err.contains("1 rows"), "{err}");
+    assert!(err.contains("1 row x 2 columns") && err.contains("search: 1 query in 3 rows"), "{err}");
 }
 
 /// `--include-self` puts each point first in its own list, exact duplicates of smaller index

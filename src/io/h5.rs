@@ -84,6 +84,20 @@ impl Dataset {
         if n == 0 {
             return Matrix::new(Vec::new(), 0, self.cols);
         }
+        // libhdf5 allocates the rows itself, where a failure would abort the process.
+        let bytes = (n as u64).saturating_mul(self.cols as u64).saturating_mul(4);
+        if crate::memory::available_host_memory().is_some_and(|available| bytes > available) {
+            return Err(Error::file(
+                path,
+                format!(
+                    "dataset {:?}: {n} rows x {} columns of f32 take {}, more than the {} of memory available",
+                    self.name,
+                    self.cols,
+                    crate::memory::bytes(bytes),
+                    crate::memory::bytes(crate::memory::available_host_memory().unwrap_or(0))
+                ),
+            ));
+        }
         let array = self
             .dataset
             .read_slice_2d::<f32, _>((range, ..))

@@ -17,9 +17,7 @@ use crate::error::{Error, Result};
 /// dimension 1 or one point of dimension n.
 pub(crate) fn open(path: &Path) -> Result<Mapped> {
     let map = map_file(path)?;
-    if shape_overflows(&map) {
-        return Err(Error::file(path, "the .npy header gives a shape whose size overflows 64 bits"));
-    }
+    check_header(&map).map_err(|why| Error::file(path, why))?;
     let mut rest: &[u8] = &map;
     let header = NpyHeader::from_reader(&mut rest).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -58,6 +56,11 @@ pub(crate) fn open(path: &Path) -> Result<Mapped> {
         .iter()
         .try_fold(1usize, |acc, &s| usize::try_from(s).ok().and_then(|s| acc.checked_mul(s)))
         .ok_or_else(too_big)?;
+    if rows == 0 || cols == 0 {
+        // Checked here, not only by the caller: with no rows the file's size says nothing
+        // about the columns, whose count would size the layout below.
+        return Err(Error::file(path, format!("holds no vectors ({rows} rows x {cols} columns)")));
+    }
     let size = elem.size();
     let expected = data_offset as u128 + rows as u128 * cols as u128 * size as u128;
     if expected != map.len() as u128 {
@@ -90,27 +93,117 @@ pub(crate) fn open(path: &Path) -> Result<Mapped> {
     })
 }
 
-/// True when the header's shape multiplies out past `u64`, which the header parser does not
-/// guard against.
-fn shape_overflows(file: &[u8]) -> bool {
+/// The longest header NumPy itself reads (`max_header_size` of `numpy.lib.format`); a plain
+/// array's is 128 bytes.
+const MAX_HEADER_BYTES: usize = 10_000;
+
+/// The deepest bracket nesting let through to the header parser: a plain array's header has 2
+/// (`{'shape': (...)}`), only a structured dtype's (a list of fields) more.
+const MAX_HEADER_NESTING: usize = 2;
+
+/// Checks the header of a `.npy` file for what npyz's parser does not survive, before it
+/// runs; the rest (magic, version, syntax, dtype) it checks itself:
+///
+/// - a header length past the end of the file, which npyz allocates before reading;
+/// - a header past NumPy's limit, or nested deeper than [`MAX_HEADER_NESTING`]: its Python
+///   literal parser backtracks, so that each unclosed bracket multiplies its time by about
+///   four, and it is slow even on flat lists of thousands of numbers;
+/// - numbers whose product overflows 64 bits, which npyz multiplies unchecked into the
+///   element count and the strides (a panic in debug builds).
+///
+/// The checks are conservative: they look at the text, not at the parsed dict, so a header
+/// they pass cannot parse into anything worse.
+fn check_header(file: &[u8]) -> std::result::Result<(), String> {
     if file.len() < 10 || !file.starts_with(b"\x93NUMPY") {
-        return false;
+        return Ok(());
     }
-    let (len, start) = if file[6] == 1 {
-        (u16::from_le_bytes([file[8], file[9]]) as usize, 10usize)
-    } else if file.len() >= 12 {
-        (u32::from_le_bytes(file[8..12].try_into().unwrap()) as usize, 12)
-    } else {
-        return false;
+    let (len, start) = match (file[6], file[7]) {
+        (1, 0) => (u16::from_le_bytes([file[8], file[9]]) as usize, 10usize),
+        (2 | 3, 0) if file.len() >= 12 => (u32::from_le_bytes(file[8..12].try_into().unwrap()) as usize, 12),
+        _ => return Ok(()),
     };
-    let text = &file[start..file.len().min(start.saturating_add(len))];
-    let Some(at) = text.windows(7).position(|w| w == b"'shape'") else { return false };
-    let tuple = &text[at + 7..];
-    let end = tuple.iter().position(|&c| c == b')').unwrap_or(tuple.len());
+    if start + len > file.len() {
+        return Err(format!(
+            "not a valid .npy file: the header is truncated (it claims {len} bytes after the {start}-byte \
+             preamble, but the file has {} bytes in all)",
+            file.len()
+        ));
+    }
+    if len > MAX_HEADER_BYTES {
+        return Err(format!(
+            "the .npy header is {len} bytes; NumPy itself reads headers of at most {MAX_HEADER_BYTES} bytes"
+        ));
+    }
+    let text = &file[start..start + len];
+    // Without escapes a string runs from a quote to the next quote of the same kind, which
+    // is what the parser makes of every part of the header it gets through.
+    if text.contains(&b'\\') {
+        return Err("the .npy header has escape sequences (backslashes), which NumPy never writes".into());
+    }
+    let depth = header_nesting(text);
+    if depth > MAX_HEADER_NESTING {
+        return Err(format!(
+            "the .npy header nests brackets {depth} deep, as only a structured dtype's does; \
+             expected a float, integer or bool array"
+        ));
+    }
+    if header_numbers_overflow(text) {
+        return Err("the .npy header gives dimensions whose product overflows 64 bits".into());
+    }
+    Ok(())
+}
+
+/// The deepest nesting of brackets outside quotes.
+fn header_nesting(text: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut quote) = (0usize, 0usize, None);
+    for &c in text {
+        match (quote, c) {
+            (Some(q), _) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, b'\'' | b'"') => quote = Some(c),
+            (None, b'(' | b'[' | b'{') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (None, b')' | b']' | b'}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// True unless every product of integers the header can spell fits 64 bits: the product
+/// of all its integer literals (decimal, hexadecimal, octal or binary, with `_`), zeros left
+/// out. Where `+` or `-` appear (the parser adds and subtracts literals), each counts as at
+/// least 2, since `a + b <= max(a, 2) * max(b, 2)`.
+fn header_numbers_overflow(text: &[u8]) -> bool {
+    let sums = text.iter().any(|&c| c == b'+' || c == b'-');
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'.';
     let mut product: u64 = 1;
-    for number in tuple[..end].split(|c| !c.is_ascii_digit()).filter(|n| !n.is_empty()) {
-        let value = std::str::from_utf8(number).ok().and_then(|n| n.parse::<u64>().ok());
-        match value.and_then(|v| product.checked_mul(v)) {
+    let mut i = 0;
+    while i < text.len() {
+        if !text[i].is_ascii_digit() || (i > 0 && word(text[i - 1])) {
+            i += 1;
+            continue;
+        }
+        let end = text[i..].iter().position(|&c| !word(c)).map_or(text.len(), |n| i + n);
+        let token = std::str::from_utf8(&text[i..end]).unwrap_or("");
+        i = end;
+        let (digits, radix) = match token.get(..2) {
+            Some("0x" | "0X") => (&token[2..], 16),
+            Some("0o" | "0O") => (&token[2..], 8),
+            Some("0b" | "0B") => (&token[2..], 2),
+            _ => (token, 10),
+        };
+        let digits: String = digits.chars().filter(|&c| c != '_').collect();
+        if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+            continue; // a float, or not a number the parser takes
+        }
+        let Ok(value) = u64::from_str_radix(&digits, radix) else { return true };
+        if value == 0 {
+            continue;
+        }
+        match product.checked_mul(if sums { value.max(2) } else { value }) {
             Some(p) => product = p,
             None => return true,
         }
@@ -379,6 +472,107 @@ mod tests {
         let p = write(dir.path(), "z.npy", &npy_bytes("<f4", false, "(0, 5)", &[]));
         let msg = message(read_matrix(&p).unwrap_err());
         assert!(msg.contains("no vectors"), "{msg}");
+    }
+
+    /// An .npy file of version `major`.0 whose header is `dict` as given, then `data`.
+    fn raw_npy(major: u8, dict: &[u8], data: &[u8]) -> Vec<u8> {
+        let mut out = vec![0x93, b'N', b'U', b'M', b'P', b'Y', major, 0];
+        if major == 1 {
+            out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+        } else {
+            out.extend_from_slice(&(dict.len() as u32).to_le_bytes());
+        }
+        out.extend_from_slice(dict);
+        out.extend_from_slice(data);
+        out
+    }
+
+    #[test]
+    fn header_length_is_checked_before_it_is_read() {
+        // A 4 GiB header length in a 14-byte file was allocated in full before reading.
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(dir.path(), "len.npy", b"\x93NUMPY\x02\x00\xff\xff\xff\xff{}");
+        let msg = message(read_matrix(&p).unwrap_err());
+        assert!(msg.contains("len.npy") && msg.contains("4294967295"), "{msg}");
+        // NumPy reads no header over 10000 bytes (`max_header_size`), and parsing one can
+        // take seconds per kilobyte.
+        let mut dict = b"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1), }".to_vec();
+        dict.resize(10_100, b' ');
+        dict.push(b'\n');
+        let p = write(dir.path(), "long.npy", &raw_npy(2, &dict, &[0; 4]));
+        let msg = message(read_matrix(&p).unwrap_err());
+        assert!(msg.contains("long.npy") && msg.contains("10101") && msg.contains("10000"), "{msg}");
+    }
+
+    #[test]
+    fn zero_rows_with_huge_columns_are_refused() {
+        // No data bytes are needed for zero rows, so the columns went unchecked: a Fortran
+        // array allocated an offset per column, a C array overflowed the row size.
+        let dir = tempfile::tempdir().unwrap();
+        for (fortran, shape) in [(true, "(0, 4611686018427387904)"), (false, "(0, 4611686018427387904)")] {
+            let p = write(dir.path(), "zero.npy", &npy_bytes("<f8", fortran, shape, &[]));
+            let msg = message(read_matrix(&p).unwrap_err());
+            assert!(msg.contains("zero.npy") && msg.contains("no vectors"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn shapes_npyz_would_overflow_on_are_refused() {
+        // npyz multiplies the dimensions (and their prefixes) unchecked; the old textual
+        // check saw only decimal numbers after a single-quoted 'shape', in order.
+        let dir = tempfile::tempdir().unwrap();
+        let big = "9223372036854775808";
+        let shapes = [
+            format!("(0, {big}, {big})"),
+            "(0x100000000, 0x100000000)".to_string(),
+            "(4294967296, 4294967295 + 4294967295)".to_string(),
+            format!("(1 - -{big}, 3)"),
+        ];
+        for shape in &shapes {
+            let p = write(dir.path(), "o.npy", &npy_bytes("<f4", false, shape, &[0; 16]));
+            let msg = message(read_matrix(&p).unwrap_err());
+            assert!(msg.contains("o.npy") && msg.contains("overflows"), "{shape}: {msg}");
+        }
+        let dict = format!("{{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (4294967296, {big})}}\n");
+        let p = write(dir.path(), "dq.npy", &raw_npy(1, dict.as_bytes(), &[0; 16]));
+        let msg = message(read_matrix(&p).unwrap_err());
+        assert!(msg.contains("dq.npy") && msg.contains("overflows"), "{msg}");
+        // Numbers a valid header may hold still read.
+        let p = write(dir.path(), "ok.npy", &npy_bytes("<f4", false, "(0x2, 1 + 1)", &[0; 16]));
+        assert_eq!(read_matrix(&p).unwrap().rows(), 2);
+    }
+
+    #[test]
+    fn deeply_nested_headers_are_refused_quickly() {
+        // The header parser backtracks: each unclosed bracket multiplied its time by about
+        // four, so 24 of them in a 100-byte file never finished.
+        let dir = tempfile::tempdir().unwrap();
+        let mut cases = Vec::new();
+        for opener in ["[", "(", "{", "([{"] {
+            let dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {}}}\n", opener.repeat(24));
+            cases.push(raw_npy(1, dict.as_bytes(), &[]));
+        }
+        let nested =
+            format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {}1{}, }}\n", "[".repeat(24), "]".repeat(24));
+        cases.push(raw_npy(1, nested.as_bytes(), &[]));
+        let (done, finished) = std::sync::mpsc::channel();
+        let dir_path = dir.path().to_path_buf();
+        std::thread::spawn(move || {
+            for (i, bytes) in cases.iter().enumerate() {
+                let p = write(&dir_path, &format!("deep{i}.npy"), bytes);
+                let msg = message(read_matrix(&p).unwrap_err());
+                done.send(msg).unwrap();
+            }
+        });
+        for _ in 0..5 {
+            let msg = finished.recv_timeout(std::time::Duration::from_secs(10)).expect("the header is refused in time");
+            assert!(msg.contains("deep") && msg.contains("nest"), "{msg}");
+        }
+        // A structured dtype is the one thing NumPy nests deeper; it was refused all along.
+        let dict = b"{'descr': [('a', '<f4'), ('b', '<i2')], 'fortran_order': False, 'shape': (2, 1), }\n";
+        let p = write(dir.path(), "s.npy", &raw_npy(1, dict, &[0; 12]));
+        let msg = message(read_matrix(&p).unwrap_err());
+        assert!(msg.contains("s.npy") && msg.contains("structured dtype"), "{msg}");
     }
 
     #[test]

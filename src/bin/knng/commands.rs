@@ -198,7 +198,7 @@ pub fn graph(a: GraphArgs) -> Outcome {
     let elapsed = start.elapsed().as_secs_f64();
     drop(bar);
     io::write_neighbors(out, &nb, n)?;
-    finish(&a.engine, &knn, format!("graph: {n} rows, k = {k}, {metric}"), n, elapsed, out);
+    finish(&a.engine, &knn, format!("graph: {n} row{}, k = {k}, {metric}", plural(n)), n, elapsed, out);
     Ok(())
 }
 
@@ -241,7 +241,14 @@ pub fn search(a: SearchArgs) -> Outcome {
     drop(bar);
     io::write_neighbors(out, &nb, n)?;
     let nq = queries.rows();
-    finish(&a.engine, &knn, format!("search: {nq} queries in {n} rows, k = {k}, {metric}"), nq, elapsed, out);
+    finish(
+        &a.engine,
+        &knn,
+        format!("search: {nq} quer{} in {n} row{}, k = {k}, {metric}", if nq == 1 { "y" } else { "ies" }, plural(n)),
+        nq,
+        elapsed,
+        out,
+    );
     Ok(())
 }
 
