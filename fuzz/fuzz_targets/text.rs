@@ -1,0 +1,9 @@
+//! Fuzzes the reader of `.csv` / `.tsv` files (the first byte picks the extension).
+#![no_main]
+
+#[path = "../common/harness.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let _ = harness::run_file_target("text", data);
+});
