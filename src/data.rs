@@ -37,6 +37,12 @@ impl<'a> MatrixRef<'a> {
         self.data
     }
 
+    /// Rows `range`, a view of the same memory.
+    pub fn slice_rows(&self, range: std::ops::Range<usize>) -> MatrixRef<'a> {
+        let data = &self.data[range.start * self.cols..range.end * self.cols];
+        MatrixRef { data, rows: range.len(), cols: self.cols }
+    }
+
     /// Row `i`.
     pub fn row(&self, i: usize) -> &'a [f32] {
         &self.data[i * self.cols..(i + 1) * self.cols]

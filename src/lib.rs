@@ -40,16 +40,19 @@
 
 mod cpu;
 mod data;
+mod engine;
 mod error;
 #[doc(hidden)]
 pub mod gpu;
 pub mod io;
 mod memory;
 mod metric;
+mod partition;
 mod plan;
 mod prepare;
 mod refine;
 mod search;
+mod strategy;
 mod trace;
 
 pub use data::{Matrix, MatrixRef, Neighbors};
@@ -57,7 +60,8 @@ pub use error::{Error, Result};
 pub use gpu::{adapters, missing_gpu_hint, AdapterReport, GpuTimes};
 pub use memory::{available_host_memory, check_host_memory, host_memory_estimate};
 pub use metric::Metric;
-pub use search::{graph, search, Backend, Knn, Options, Progress, RunStats, MAX_ROWS};
+pub use partition::checkpoint::remove as remove_checkpoint;
+pub use search::{graph, search, Backend, Knn, Notice, Options, Progress, RunStats, MAX_ROWS};
 
 /// The complete WGSL modules knng builds, for shader validation tests.
 #[doc(hidden)]

@@ -7,11 +7,14 @@ use rayon::prelude::*;
 
 use crate::cpu::CpuEngine;
 use crate::data::{AnswerMemory, Matrix, MatrixRef, Neighbors};
+use crate::engine::{retry_smaller, Engine};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuEngine, GpuTimes, MAX_CERTIFY_KC};
 use crate::metric::Metric;
+use crate::partition::{self, checkpoint, BlockPlan};
 use crate::prepare::{self, RowStats};
 use crate::refine::{self, write_row, Candidates, Certify, Query, NONE};
+use crate::strategy::{self, Strategy};
 
 /// Which engine computes the candidates.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,6 +45,9 @@ impl FromStr for Backend {
 
 /// Progress callback: `(done, total)` query rows.
 pub type Progress = Arc<dyn Fn(u64, u64) + Send + Sync>;
+
+/// Receives messages a run has for its user, such as `resuming: 3 of 10 blocks done`.
+pub type Notice = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// How a [`Knn`] runs.
 #[derive(Clone, Default)]
@@ -92,6 +98,21 @@ pub struct Options {
     /// distance computed once): `None` lets the planner decide, `Some` forces it on (wherever
     /// it fits) or off.
     pub bounded_sweeps: Option<bool>,
+    /// GPU devices to share the work of a graph: adapter indices or names as in
+    /// [`adapters`](crate::adapters), repeats allowed (`["0", "0"]` opens adapter 0 twice).
+    /// Empty (the default): [`Options::adapter`] alone. With more than one, a graph is cut
+    /// into blocks of rows and the blocks are dealt to whichever device is free; the answer is
+    /// the same as on one device. Searches run on the first.
+    pub devices: Vec<String>,
+    /// Rows per block of a partitioned graph (default: blocks of about a million rows, and at
+    /// least two a device). Setting it partitions a graph even on one device.
+    pub block_rows: Option<usize>,
+    /// A directory in which a partitioned graph records every finished block, so that the
+    /// same graph run again after a kill resumes where it stopped (see
+    /// [`Knn::graph`]). Refused when it holds blocks of other data or arguments.
+    pub checkpoint: Option<std::path::PathBuf>,
+    /// Receives messages for the user, such as how much of a checkpoint was resumed.
+    pub notice: Option<Notice>,
     /// Depth of the distance kernel's workgroup tiles: 4, 8, 16 (default) or 32. For tuning.
     ///
     /// This and the caps and switches above it override the planner's choices, for tests that
@@ -116,14 +137,13 @@ impl std::fmt::Debug for Options {
             .field("max_query_tile", &self.max_query_tile)
             .field("symmetric_graphs", &self.symmetric_graphs)
             .field("bounded_sweeps", &self.bounded_sweeps)
+            .field("devices", &self.devices)
+            .field("block_rows", &self.block_rows)
+            .field("checkpoint", &self.checkpoint)
+            .field("notice", &self.notice.is_some())
             .field("distance_tile_depth", &self.distance_tile_depth)
             .finish()
     }
-}
-
-enum Engine {
-    Cpu(CpuEngine),
-    Gpu(Box<GpuEngine>),
 }
 
 /// How the last search or graph went: how often the fp32 candidates had to be widened.
@@ -175,12 +195,20 @@ pub struct RunStats {
     pub refine_seconds: f64,
     /// Per-kernel GPU times, with [`Options::profile`] on an adapter that supports it.
     pub gpu: Option<GpuTimes>,
+    /// Blocks of a partitioned graph (0 when the graph was not partitioned).
+    pub blocks: usize,
+    /// Blocks of a partitioned graph read from its checkpoint rather than computed.
+    pub blocks_resumed: usize,
+    /// Engines (devices) that shared the work.
+    pub workers: usize,
 }
 
 /// An exact k-nearest-neighbour engine bound to one backend. Create it once and reuse it:
 /// opening a GPU device and compiling shaders takes a while.
 pub struct Knn {
     engine: Engine,
+    /// Further devices of [`Options::devices`], which share partitioned graphs.
+    more_engines: Vec<Engine>,
     options: Options,
     last: std::sync::Mutex<RunStats>,
 }
@@ -188,6 +216,21 @@ pub struct Knn {
 impl Knn {
     /// Opens the backend that `options` asks for.
     pub fn new(options: Options) -> Result<Self> {
+        if !options.devices.is_empty() {
+            if options.backend == Backend::Cpu {
+                return Err(Error::arg("devices", "GPU devices were listed for the CPU backend"));
+            }
+            let mut engines = options
+                .devices
+                .iter()
+                .map(|device| {
+                    let on_device = Options { adapter: Some(device.clone()), ..options.clone() };
+                    Ok(Engine::Gpu(Box::new(GpuEngine::new(&on_device, false)?)))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let engine = engines.remove(0);
+            return Ok(Knn { engine, more_engines: engines, options, last: Default::default() });
+        }
         let engine = match options.backend {
             Backend::Cpu => Engine::Cpu(CpuEngine::new()),
             Backend::Gpu => Engine::Gpu(Box::new(GpuEngine::new(&options, false)?)),
@@ -196,15 +239,23 @@ impl Knn {
                 Err(_) => Engine::Cpu(CpuEngine::new()),
             },
         };
-        Ok(Knn { engine, options, last: Default::default() })
+        Ok(Knn { engine, more_engines: Vec::new(), options, last: Default::default() })
     }
 
-    /// What runs the work, e.g. `gpu: NVIDIA H200 (Vulkan, subgroup select, size 32)`.
+    /// What runs the work, e.g. `gpu: NVIDIA H200 (Vulkan, subgroup select, size 32)`, with
+    /// the further devices of [`Options::devices`] after ` + `.
     pub fn description(&self) -> String {
-        match &self.engine {
-            Engine::Cpu(c) => c.description(),
-            Engine::Gpu(g) => g.description(),
+        let mut text = self.engine.description();
+        for more in &self.more_engines {
+            text += " + ";
+            text += &more.description();
         }
+        text
+    }
+
+    /// The engines that share partitioned work.
+    fn workers(&self) -> Vec<&Engine> {
+        std::iter::once(&self.engine).chain(&self.more_engines).collect()
     }
 
     /// Statistics of the last completed [`Knn::search`] or [`Knn::graph`].
@@ -318,17 +369,69 @@ impl Knn {
     fn graph_in(&self, data: MatrixRef<'_>, k: usize, metric: Metric, answers: AnswerMemory) -> Result<Neighbors> {
         crate::trace::mark(|| format!("graph of {} x {} rows, k = {k}", data.rows(), data.cols()));
         check_rows("data", data.rows())?;
-        let shift = self.validate_corpus("data", data, metric)?;
-        crate::trace::mark(|| "validated, mean".into());
         if self.options.include_self {
             check_k(k, data.rows(), "the number of rows")?;
-            let exclude = vec![NONE; data.rows()];
-            self.run(&Task { corpus: data, queries: data, shift, exclude, k, metric, answers })
         } else {
             check_k(k, data.rows().saturating_sub(1), "the number of rows - 1 (the point itself is excluded)")?;
-            let exclude: Vec<u32> = (0..data.rows() as u32).collect();
-            self.run(&Task { corpus: data, queries: data, shift, exclude, k, metric, answers })
         }
+        let workers = self.workers();
+        let options = &self.options;
+        match strategy::choose(data.rows(), workers.len(), options.block_rows, options.checkpoint.is_some()) {
+            Strategy::Single => {}
+            Strategy::Partitioned(plan) => return self.graph_partitioned(data, k, metric, plan),
+        }
+        let shift = self.validate_corpus("data", data, metric)?;
+        crate::trace::mark(|| "validated, mean".into());
+        let exclude: Vec<u32> =
+            if self.options.include_self { vec![NONE; data.rows()] } else { (0..data.rows() as u32).collect() };
+        self.run(&Task { corpus: data, queries: data, shift, exclude, k, metric, answers })
+    }
+
+    /// [`Knn::graph`] in blocks of rows dealt to every engine (`partition/`).
+    fn graph_partitioned(&self, data: MatrixRef<'_>, k: usize, metric: Metric, plan: BlockPlan) -> Result<Neighbors> {
+        let (n, d) = (data.rows(), data.cols());
+        crate::memory::check_host_memory(n, n, d, k, 0, self.options.max_host_memory)?;
+        let shift = prepare::validate_corpus("data", data, metric)?;
+        let include_self = self.options.include_self;
+        let checkpoint = match &self.options.checkpoint {
+            Some(dir) => {
+                let manifest = checkpoint::Manifest::new(data, k, metric, include_self, plan);
+                Some(checkpoint::Checkpoint::open(dir, &manifest, plan)?)
+            }
+            None => None,
+        };
+        let workers = self.workers();
+        let task = partition::GraphTask {
+            data,
+            shift: &shift,
+            k,
+            metric,
+            include_self,
+            plan,
+            symmetric: self.options.symmetric_graphs,
+        };
+        let mut stats = RunStats { workers: workers.len(), ..RunStats::default() };
+        let notice = |blocks: usize, done: usize| {
+            if let (Some(notice), true) = (&self.options.notice, done > 0) {
+                notice(&format!("resuming: {done} of {blocks} blocks done"));
+            }
+        };
+        let mut answer = partition::graph(
+            &workers,
+            &task,
+            checkpoint.as_ref(),
+            self.options.progress.as_ref(),
+            &notice,
+            &mut stats,
+        )?;
+        if include_self && metric != Metric::InnerProduct {
+            put_self_first(&mut answer);
+        }
+        if let Some(p) = &self.options.progress {
+            p(n as u64, n as u64);
+        }
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
+        Ok(answer)
     }
 
     /// [`prepare::validate_corpus`]; a GPU engine allocates the corpus's buffers and writes
@@ -600,17 +703,6 @@ fn lend(out: &mut Neighbors) -> AnswerMemory {
 enum Session<'a> {
     Cpu(crate::cpu::CorpusSession<'a>),
     Gpu(crate::gpu::CorpusSession<'a>),
-}
-
-/// Runs `f`, and after each GPU out-of-memory error halves the memory budget and runs it
-/// again, until it succeeds or the budget is too small to try.
-fn retry_smaller<T>(gpu: &GpuEngine, mut f: impl FnMut() -> Result<T>) -> Result<T> {
-    loop {
-        match f() {
-            Err(Error::OutOfMemory(_)) if gpu.shrink_budget() => continue,
-            other => return other,
-        }
-    }
 }
 
 /// Candidates per query for the first round: a margin above k so that the certificate

@@ -484,3 +484,56 @@ fn duplicates_are_exactly_zero_apart_under_correlation() {
         }
     }
 }
+
+/// The graphs of the table and a graph of many exact duplicates (whose rows need later
+/// rounds), cut into blocks of `block_rows` rows.
+fn partitioned_cases() -> Vec<Case> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(29);
+    let mut rows: Vec<Vec<f32>> = (0..150).map(|_| vec![0.5, -1.0, 2.0]).collect();
+    rows.extend((0..60).map(|_| (0..3).map(|_| rng.random_range(-3.0..3.0)).collect::<Vec<f32>>()));
+    let duplicates = Case {
+        name: "euclidean: 150 duplicates among 210 rows, k=5".into(),
+        corpus: knng::Matrix::from_rows(&rows).unwrap(),
+        queries: None,
+        k: 5,
+        metric: Metric::Euclidean,
+    };
+    cases().into_iter().filter(|c| c.queries.is_none()).chain([duplicates]).collect()
+}
+
+/// Every graph answered through blocks dealt to `workers` engines, exact; some through
+/// several blocks and later rounds.
+fn run_partitioned(knn: &Knn, workers: usize) {
+    let runs = run_cases(knn, partitioned_cases(), false, false);
+    for stats in &runs {
+        assert!(stats.blocks > 0 && stats.workers == workers, "not partitioned over {workers} workers: {stats:?}");
+    }
+    assert!(runs.iter().any(|s| s.blocks >= 10), "no graph took many blocks");
+    assert!(runs.iter().any(|s| s.rounds > 1 && s.blocks > 1), "no partitioned graph took a later round");
+}
+
+#[test]
+fn cpu_backend_partitioned_graphs() {
+    let knn = Knn::new(Options { backend: Backend::Cpu, block_rows: Some(29), ..Options::default() }).unwrap();
+    run_partitioned(&knn, 1);
+}
+
+/// Two devices opened on one adapter share each graph's blocks: with subgroups where the
+/// adapter has them, else (wgpu's GL backend) without.
+#[test]
+fn gpu_partitioned_graphs_on_two_devices() {
+    let adapter = std::env::var("KNNG_TEST_ADAPTER").unwrap_or_else(|_| "0".into());
+    let options = |no_subgroups| Options {
+        backend: Backend::Gpu,
+        devices: vec![adapter.clone(), adapter.clone()],
+        no_subgroups,
+        block_rows: Some(100),
+        ..Options::default()
+    };
+    let knn = match gpu_engine(options(false)) {
+        Some(knn) => knn,
+        None => gpu_engine(options(true)).expect("the workgroup select runs on every adapter"),
+    };
+    assert_eq!(knn.description().matches("gpu:").count(), 2, "{}", knn.description());
+    run_partitioned(&knn, 2);
+}

@@ -1,6 +1,7 @@
 //! `graph`, `search` and `info`.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use knng::io::{self, MatrixFile};
@@ -12,7 +13,7 @@ use crate::{say, EngineArgs, Failure, GraphArgs, Outcome, SearchArgs};
 impl EngineArgs {
     /// Opens the backend, reporting progress through `bar`.
     pub fn open(&self, include_self: bool, bar: &Bar) -> Outcome<Knn> {
-        self.open_profiled(include_self, false, bar)
+        self.open_with(include_self, false, None, bar)
     }
 
     /// Sizes rayon's global pool: before anything of the command runs, since the first
@@ -38,8 +39,15 @@ impl EngineArgs {
         Ok(())
     }
 
-    /// [`EngineArgs::open`], optionally timing every GPU kernel.
-    pub fn open_profiled(&self, include_self: bool, profile: bool, bar: &Bar) -> Outcome<Knn> {
+    /// [`EngineArgs::open`], optionally timing every GPU kernel and recording a graph's
+    /// blocks in a checkpoint directory.
+    pub fn open_with(&self, include_self: bool, profile: bool, checkpoint: Option<&Path>, bar: &Bar) -> Outcome<Knn> {
+        let quiet = self.quiet;
+        let notice: knng::Notice = Arc::new(move |message: &str| {
+            if !quiet {
+                eprintln!("{message}");
+            }
+        });
         let options = Options {
             backend: self.backend,
             adapter: self.adapter.clone(),
@@ -53,6 +61,10 @@ impl EngineArgs {
             symmetric_graphs: self.symmetric,
             bounded_sweeps: self.bounded_sweep,
             max_query_tile: self.query_tile.map(|rows| rows as usize),
+            devices: self.devices.clone(),
+            block_rows: self.block_rows.map(|rows| rows as usize),
+            checkpoint: checkpoint.map(Path::to_path_buf),
+            notice: Some(notice),
             ..Options::default()
         };
         Ok(Knn::new(options)?)
@@ -190,7 +202,7 @@ pub fn graph(a: GraphArgs) -> Outcome {
     let data = read(&file, &a.input, &a.engine)?;
     drop(file);
     let bar = Bar::new(a.engine.quiet, "graph");
-    let knn = a.engine.open(a.include_self, &bar)?;
+    let knn = a.engine.open_with(a.include_self, false, a.checkpoint.as_deref(), &bar)?;
     a.engine.explain_backend(&knn);
     a.engine.status(format!("backend {}", knn.description()));
     let start = Instant::now();
@@ -198,6 +210,9 @@ pub fn graph(a: GraphArgs) -> Outcome {
     let elapsed = start.elapsed().as_secs_f64();
     drop(bar);
     io::write_neighbors(out, &nb, n)?;
+    if let Some(dir) = &a.checkpoint {
+        knng::remove_checkpoint(dir)?;
+    }
     finish(&a.engine, &knn, format!("graph: {n} row{}, k = {k}, {metric}", plural(n)), n, elapsed, out);
     Ok(())
 }

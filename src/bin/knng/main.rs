@@ -55,6 +55,15 @@ struct EngineArgs {
     /// GPU adapter to use: its index in `knng info` or part of its name.
     #[arg(long, value_name = "NAME-OR-INDEX")]
     adapter: Option<String>,
+    /// GPU devices that share a graph, as indices or names from `knng info`, comma-separated;
+    /// repeats open an adapter more than once (`0,0`). The graph is cut into blocks of rows
+    /// that go to whichever device is free.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    devices: Vec<String>,
+    /// Rows per block of a partitioned graph (default: about a million, at least two blocks
+    /// a device). Setting it partitions the graph even on one device.
+    #[arg(long, value_name = "ROWS", value_parser = at_least(1))]
+    block_rows: Option<u64>,
     /// Use the select without subgroup operations (its merge has no ballots) even where the
     /// adapter has them.
     #[arg(long)]
@@ -112,6 +121,10 @@ struct GraphArgs {
     /// Count each point as its own nearest neighbour (k may then be n).
     #[arg(long)]
     include_self: bool,
+    /// Record every finished block in DIR, so that the same command run again after a kill
+    /// resumes where it stopped. DIR is removed once the output is written.
+    #[arg(long, value_name = "DIR")]
+    checkpoint: Option<PathBuf>,
     #[command(flatten)]
     engine: EngineArgs,
 }

@@ -1,0 +1,196 @@
+//! Each row's candidate list, merged across the blocks that hold the row.
+
+use rayon::prelude::*;
+
+use crate::refine::{Candidates, NONE};
+
+/// Candidate lists a block found for rows (slots) of the merge: `rows x kc` keys and ids, ids
+/// already numbered in the whole data. Row r is slot `first + r`, or `slots[r]` where given.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Part {
+    pub first: usize,
+    pub slots: Option<Vec<u32>>,
+    pub rows: usize,
+    pub kc: usize,
+    pub keys: Vec<f32>,
+    pub ids: Vec<u32>,
+    /// Per row, the backend's verdict: bit 0, the row failed (it is brute-forced); bit 1, its
+    /// list may have missed keys (it is searched again).
+    pub flags: Vec<u8>,
+}
+
+pub(crate) const FAILED: u8 = 1;
+pub(crate) const INCOMPLETE: u8 = 2;
+
+impl Part {
+    /// The lists of `cands` (rows of one backend call) for slots `first..`, their ids shifted
+    /// by `id_offset` into the whole data.
+    pub fn from_candidates(first: usize, cands: Candidates, id_offset: usize) -> Self {
+        let rows = cands.failed.len();
+        let mut ids = cands.ids;
+        for id in ids.iter_mut().filter(|id| **id != NONE) {
+            *id += id_offset as u32;
+        }
+        let flags = (0..rows)
+            .map(|r| {
+                u8::from(cands.failed[r]) * FAILED
+                    + u8::from(cands.incomplete.get(r).copied().unwrap_or(false)) * INCOMPLETE
+            })
+            .collect();
+        Part { first, slots: None, rows, kc: cands.kc, keys: cands.keys, ids, flags }
+    }
+
+    /// Lists of no candidates.
+    pub fn empty(first: usize, rows: usize, kc: usize) -> Self {
+        let (keys, ids) = (vec![f32::INFINITY; rows * kc], vec![NONE; rows * kc]);
+        Part { first, slots: None, rows, kc, keys, ids, flags: vec![0; rows] }
+    }
+
+    /// The same lists, each padded with `NONE` to `kc` candidates.
+    pub fn padded(self, kc: usize) -> Self {
+        if self.kc == kc {
+            return self;
+        }
+        let mut out = Part::empty(self.first, self.rows, kc);
+        for r in 0..self.rows {
+            let (from, to) = (r * self.kc..(r + 1) * self.kc, r * kc..r * kc + self.kc);
+            out.keys[to.clone()].copy_from_slice(&self.keys[from.clone()]);
+            out.ids[to].copy_from_slice(&self.ids[from]);
+        }
+        Part { slots: self.slots, flags: self.flags, ..out }
+    }
+}
+
+/// The `kc` best (key, id) pairs of every row seen so far, in (key, id) order, `NONE` after
+/// the last. Every (row, column) pair comes from exactly one block, and the order is total,
+/// so the lists do not depend on the order in which blocks arrive.
+pub(crate) struct RowLists {
+    kc: usize,
+    keys: Vec<f32>,
+    ids: Vec<u32>,
+    flags: Vec<u8>,
+}
+
+impl RowLists {
+    pub fn new(rows: usize, kc: usize) -> Self {
+        RowLists { kc, keys: vec![f32::INFINITY; rows * kc], ids: vec![NONE; rows * kc], flags: vec![0; rows] }
+    }
+
+    pub fn merge(&mut self, part: &Part) {
+        assert_eq!(part.kc, self.kc, "blocks of one round share their list length");
+        let kc = self.kc;
+        if let Some(slots) = &part.slots {
+            for (r, &slot) in slots.iter().enumerate() {
+                let (at, from) = (slot as usize * kc..(slot as usize + 1) * kc, r * kc..(r + 1) * kc);
+                merge_row(&mut self.keys[at.clone()], &mut self.ids[at], &part.keys[from.clone()], &part.ids[from]);
+                self.flags[slot as usize] |= part.flags[r];
+            }
+            return;
+        }
+        let span = part.first * kc..(part.first + part.rows) * kc;
+        self.keys[span.clone()]
+            .par_chunks_mut(kc)
+            .zip(self.ids[span].par_chunks_mut(kc))
+            .zip(part.keys.par_chunks(kc).zip(part.ids.par_chunks(kc)))
+            .for_each(|((keys, ids), (new_keys, new_ids))| merge_row(keys, ids, new_keys, new_ids));
+        for (flag, new) in self.flags[part.first..part.first + part.rows].iter_mut().zip(&part.flags) {
+            *flag |= new;
+        }
+    }
+
+    /// The merged lists in the form the exact finish takes.
+    pub fn into_candidates(self) -> Candidates {
+        let failed = self.flags.iter().map(|f| f & FAILED != 0).collect();
+        let incomplete = self.flags.iter().map(|f| f & INCOMPLETE != 0).collect();
+        Candidates {
+            kc: self.kc,
+            keys: self.keys,
+            ids: self.ids,
+            failed,
+            incomplete,
+            shortlisted: 0,
+            buffers_allocated: false,
+            symmetric: false,
+            bounded: false,
+            shared_keys: false,
+            published: 0,
+            exact: None,
+            ranked: None,
+        }
+    }
+}
+
+fn merge_row(keys: &mut [f32], ids: &mut [u32], new_keys: &[f32], new_ids: &[u32]) {
+    let by_key_then_id = |a: &(f32, u32), b: &(f32, u32)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+    let mut new: Vec<(f32, u32)> =
+        new_keys.iter().zip(new_ids).filter(|(_, &id)| id != NONE).map(|(&k, &id)| (k, id)).collect();
+    new.sort_unstable_by(by_key_then_id);
+    let old: Vec<(f32, u32)> =
+        keys.iter().zip(ids.iter()).take_while(|(_, &id)| id != NONE).map(|(&k, &id)| (k, id)).collect();
+    let (mut a, mut b) = (old.into_iter().peekable(), new.into_iter().peekable());
+    for slot in 0..keys.len() {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => {
+                if by_key_then_id(x, y).is_le() {
+                    a.next()
+                } else {
+                    b.next()
+                }
+            }
+            (Some(_), None) => a.next(),
+            (None, _) => b.next(),
+        };
+        (keys[slot], ids[slot]) = next.unwrap_or((f32::INFINITY, NONE));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(first: usize, kc: usize, rows: &[&[(f32, u32)]]) -> Part {
+        let mut keys = vec![f32::INFINITY; rows.len() * kc];
+        let mut ids = vec![NONE; rows.len() * kc];
+        for (r, row) in rows.iter().enumerate() {
+            for (s, &(k, id)) in row.iter().enumerate() {
+                keys[r * kc + s] = k;
+                ids[r * kc + s] = id;
+            }
+        }
+        Part { first, slots: None, rows: rows.len(), kc, keys, ids, flags: vec![0; rows.len()] }
+    }
+
+    #[test]
+    fn merged_lists_keep_the_best_in_any_order_of_arrival() {
+        let a = part(0, 3, &[&[(5.0, 9), (1.0, 4), (3.0, 7)], &[(2.0, 1)]]);
+        let b = part(0, 3, &[&[(3.0, 2), (0.5, 11)], &[(2.0, 0), (9.0, 3)]]);
+        let mut c = part(1, 3, &[&[(1.0, 20)]]);
+        c.flags[0] = INCOMPLETE;
+        let orders = [[&a, &b, &c], [&c, &b, &a], [&b, &c, &a]];
+        let mut results = Vec::new();
+        for order in orders {
+            let mut lists = RowLists::new(2, 3);
+            for p in order {
+                lists.merge(p);
+            }
+            let cands = lists.into_candidates();
+            results.push((cands.keys, cands.ids, cands.incomplete));
+        }
+        assert_eq!(results[0].1, [11, 4, 2, 20, 0, 1]);
+        assert_eq!(results[0].0, [0.5, 1.0, 3.0, 1.0, 2.0, 2.0]);
+        assert_eq!(results[0].2, [false, true]);
+        assert!(results.iter().all(|r| *r == results[0]));
+    }
+
+    #[test]
+    fn short_lists_stay_padded() {
+        let mut lists = RowLists::new(1, 4);
+        lists.merge(&part(0, 4, &[&[(1.0, 3)]]));
+        lists.merge(&part(0, 4, &[&[(0.0, 8)]]));
+        let mut scattered = part(0, 2, &[&[(0.5, 5)]]).padded(4);
+        scattered.slots = Some(vec![0]);
+        lists.merge(&scattered);
+        let cands = lists.into_candidates();
+        assert_eq!(cands.ids, [8, 5, 3, NONE]);
+    }
+}
