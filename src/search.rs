@@ -100,7 +100,9 @@ pub struct Options {
     pub bounded_sweeps: Option<bool>,
     /// GPU devices to share the work of a graph: adapter indices or names as in
     /// [`adapters`](crate::adapters), repeats allowed (`["0", "0"]` opens adapter 0 twice).
-    /// Empty (the default): [`Options::adapter`] alone. With more than one, a graph is cut
+    /// Empty (the default): every GPU of the machine identical to the one
+    /// [`Backend::Auto`] chooses (one adapter where [`Options::adapter`] names it). With more
+    /// than one, a graph is cut
     /// into blocks of rows and the blocks are dealt to whichever device is free; the answer is
     /// the same as on one device. Searches run on the first.
     pub devices: Vec<String>,
@@ -215,7 +217,11 @@ pub struct Knn {
 
 impl Knn {
     /// Opens the backend that `options` asks for.
-    pub fn new(options: Options) -> Result<Self> {
+    pub fn new(mut options: Options) -> Result<Self> {
+        // A machine's identical GPUs share its graphs unless one adapter is named.
+        if options.devices.is_empty() && options.adapter.is_none() && options.backend != Backend::Cpu {
+            options.devices = crate::gpu::identical_gpus().iter().map(|i| i.to_string()).collect();
+        }
         if !options.devices.is_empty() {
             if options.backend == Backend::Cpu {
                 return Err(Error::arg("devices", "GPU devices were listed for the CPU backend"));

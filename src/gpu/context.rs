@@ -115,6 +115,25 @@ pub(crate) fn choose_adapter(adapters: &[wgpu::Adapter], wanted: Option<&str>, h
         .ok_or_else(|| Error::NoAdapter("only software adapters were found".into()))
 }
 
+/// The machine's identical hardware GPUs, when it has more than one: the adapter `auto`
+/// chooses and every other of the same name on the same backend, as indices. Empty otherwise.
+pub(crate) fn identical_gpus() -> Vec<usize> {
+    let (_instance, adapters) = discover();
+    let Ok(chosen) = choose_adapter(&adapters, None, true) else { return Vec::new() };
+    let info = adapters[chosen].get_info();
+    let twins: Vec<usize> = (0..adapters.len())
+        .filter(|&i| {
+            let other = adapters[i].get_info();
+            other.name == info.name && other.backend == info.backend && is_hardware(&other)
+        })
+        .collect();
+    if twins.len() > 1 {
+        twins
+    } else {
+        Vec::new()
+    }
+}
+
 /// Why an adapter that wgpu lists could not open a device, and what to use instead.
 fn device_failure(info: &wgpu::AdapterInfo, error: &str) -> String {
     let opened = format!("{} ({:?} backend) could not open a device: {error}", info.name, info.backend);

@@ -33,6 +33,7 @@ use crate::metric::Metric;
 use crate::plan::{self, DeviceBudget, WIDE_ROWS};
 use crate::search::Options;
 
+pub(crate) use context::identical_gpus;
 use context::Context;
 pub use context::{adapters, AdapterReport};
 pub use diagnose::missing_gpu_hint;

@@ -57,7 +57,8 @@ struct EngineArgs {
     adapter: Option<String>,
     /// GPU devices that share a graph, as indices or names from `knng info`, comma-separated;
     /// repeats open an adapter more than once (`0,0`). The graph is cut into blocks of rows
-    /// that go to whichever device is free.
+    /// that go to whichever device is free. Default: every GPU identical to the one `auto`
+    /// chooses (one GPU with --adapter).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     devices: Vec<String>,
     /// Rows per block of a partitioned graph (default: about a million, at least two blocks
