@@ -510,6 +510,10 @@ fn run_partitioned(knn: &Knn, workers: usize) {
     }
     assert!(runs.iter().any(|s| s.blocks >= 10), "no graph took many blocks");
     assert!(runs.iter().any(|s| s.rounds > 1 && s.blocks > 1), "no partitioned graph took a later round");
+    // Devices with f64 compute the candidates' float64 keys, which travel with the lists.
+    if knn.description().contains("f64 re-ranking") {
+        assert!(runs.iter().all(|s| s.rows_reranked_on_gpu > 0), "the GPU's float64 keys were not used");
+    }
 }
 
 #[test]

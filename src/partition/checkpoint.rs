@@ -174,6 +174,10 @@ impl Checkpoint {
             bytes.extend_from_slice(bytemuck::cast_slice(&p.keys));
             bytes.extend_from_slice(bytemuck::cast_slice(&p.ids));
             bytes.extend_from_slice(&p.flags);
+            bytes.push(u8::from(p.exact.is_some()));
+            if let Some(exact) = &p.exact {
+                bytes.extend_from_slice(bytemuck::cast_slice(exact));
+            }
         }
         let sum = xxh3_64(&bytes);
         bytes.extend_from_slice(&sum.to_le_bytes());
@@ -220,10 +224,20 @@ impl Checkpoint {
             let ids: Vec<u32> =
                 take(rows * kc * 4)?.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().expect("4"))).collect();
             let flags = take(rows)?.to_vec();
+            let exact = match take(1)?[0] {
+                0 => None,
+                1 => Some(
+                    take(rows * kc * 8)?
+                        .chunks_exact(8)
+                        .map(|b| f64::from_le_bytes(b.try_into().expect("8")))
+                        .collect::<Vec<f64>>(),
+                ),
+                other => return Err(format!("float64 keys marked {other}")),
+            };
             if let Some(bad) = ids.iter().find(|&&id| id != NONE && id as usize >= self.plan.n) {
                 return Err(format!("row id {bad} beyond the data's {} rows", self.plan.n));
             }
-            parts.push(Part { first, slots: None, rows, kc, keys, ids, flags });
+            parts.push(Part { first, slots: None, rows, kc, keys, ids, flags, exact });
         }
         if at != body.len() {
             return Err(format!("{} bytes after the last list", body.len() - at));
@@ -306,6 +320,7 @@ mod tests {
                 p.keys[0] = 1.5;
                 p.ids[0] = 3;
                 p.flags[0] = 2;
+                p.exact = (r.start == 0).then(|| vec![0.25; r.len() * kc]);
                 p
             })
             .collect()

@@ -17,6 +17,8 @@ pub(crate) struct Part {
     /// Per row, the backend's verdict: bit 0, the row failed (it is brute-forced); bit 1, its
     /// list may have missed keys (it is searched again).
     pub flags: Vec<u8>,
+    /// The candidates' float64 keys, where the backend computed them (GPUs with f64).
+    pub exact: Option<Vec<f64>>,
 }
 
 pub(crate) const FAILED: u8 = 1;
@@ -37,13 +39,17 @@ impl Part {
                     + u8::from(cands.incomplete.get(r).copied().unwrap_or(false)) * INCOMPLETE
             })
             .collect();
-        Part { first, slots: None, rows, kc: cands.kc, keys: cands.keys, ids, flags }
+        Part { first, slots: None, rows, kc: cands.kc, keys: cands.keys, ids, flags, exact: cands.exact }
     }
 
     /// Lists of no candidates.
     pub fn empty(first: usize, rows: usize, kc: usize) -> Self {
         let (keys, ids) = (vec![f32::INFINITY; rows * kc], vec![NONE; rows * kc]);
-        Part { first, slots: None, rows, kc, keys, ids, flags: vec![0; rows] }
+        Part { first, slots: None, rows, kc, keys, ids, flags: vec![0; rows], exact: None }
+    }
+
+    fn lists_any(&self) -> bool {
+        self.ids.iter().any(|&id| id != NONE)
     }
 
     /// The same lists, each padded with `NONE` to `kc` candidates.
@@ -52,12 +58,16 @@ impl Part {
             return self;
         }
         let mut out = Part::empty(self.first, self.rows, kc);
+        let mut exact = self.exact.as_ref().map(|_| vec![f64::INFINITY; self.rows * kc]);
         for r in 0..self.rows {
             let (from, to) = (r * self.kc..(r + 1) * self.kc, r * kc..r * kc + self.kc);
             out.keys[to.clone()].copy_from_slice(&self.keys[from.clone()]);
-            out.ids[to].copy_from_slice(&self.ids[from]);
+            out.ids[to.clone()].copy_from_slice(&self.ids[from.clone()]);
+            if let (Some(e), Some(mine)) = (exact.as_mut(), &self.exact) {
+                e[to].copy_from_slice(&mine[from]);
+            }
         }
-        Part { slots: self.slots, flags: self.flags, ..out }
+        Part { slots: self.slots, flags: self.flags, exact, ..out }
     }
 }
 
@@ -69,30 +79,48 @@ pub(crate) struct RowLists {
     keys: Vec<f32>,
     ids: Vec<u32>,
     flags: Vec<u8>,
+    /// The candidates' float64 keys while every part that lists candidates brought them.
+    exact: Option<Vec<f64>>,
 }
 
 impl RowLists {
     pub fn new(rows: usize, kc: usize) -> Self {
-        RowLists { kc, keys: vec![f32::INFINITY; rows * kc], ids: vec![NONE; rows * kc], flags: vec![0; rows] }
+        let exact = Some(vec![f64::INFINITY; rows * kc]);
+        RowLists { kc, keys: vec![f32::INFINITY; rows * kc], ids: vec![NONE; rows * kc], flags: vec![0; rows], exact }
     }
 
     pub fn merge(&mut self, part: &Part) {
         assert_eq!(part.kc, self.kc, "blocks of one round share their list length");
+        if part.exact.is_none() && part.lists_any() {
+            self.exact = None;
+        }
         let kc = self.kc;
+        let empty = vec![f64::INFINITY; kc];
+        let exact_row = |r: usize| part.exact.as_ref().map_or(&empty[..], |e| &e[r * kc..(r + 1) * kc]);
         if let Some(slots) = &part.slots {
             for (r, &slot) in slots.iter().enumerate() {
                 let (at, from) = (slot as usize * kc..(slot as usize + 1) * kc, r * kc..(r + 1) * kc);
-                merge_row(&mut self.keys[at.clone()], &mut self.ids[at], &part.keys[from.clone()], &part.ids[from]);
+                let exact = self.exact.as_mut().map(|e| &mut e[at.clone()]);
+                let row = Row { keys: &mut self.keys[at.clone()], ids: &mut self.ids[at], exact };
+                merge_row(row, &part.keys[from.clone()], &part.ids[from], exact_row(r));
                 self.flags[slot as usize] |= part.flags[r];
             }
             return;
         }
         let span = part.first * kc..(part.first + part.rows) * kc;
+        let mut exact_rows: Vec<Option<&mut [f64]>> = match self.exact.as_mut() {
+            Some(e) => e[span.clone()].chunks_mut(kc).map(Some).collect(),
+            None => (0..part.rows).map(|_| None).collect(),
+        };
         self.keys[span.clone()]
             .par_chunks_mut(kc)
             .zip(self.ids[span].par_chunks_mut(kc))
-            .zip(part.keys.par_chunks(kc).zip(part.ids.par_chunks(kc)))
-            .for_each(|((keys, ids), (new_keys, new_ids))| merge_row(keys, ids, new_keys, new_ids));
+            .zip(exact_rows.par_iter_mut())
+            .enumerate()
+            .for_each(|(r, ((keys, ids), exact))| {
+                let row = Row { keys, ids, exact: exact.as_deref_mut() };
+                merge_row(row, &part.keys[r * kc..(r + 1) * kc], &part.ids[r * kc..(r + 1) * kc], exact_row(r));
+            });
         for (flag, new) in self.flags[part.first..part.first + part.rows].iter_mut().zip(&part.flags) {
             *flag |= new;
         }
@@ -114,19 +142,30 @@ impl RowLists {
             bounded: false,
             shared_keys: false,
             published: 0,
-            exact: None,
+            exact: self.exact,
             ranked: None,
         }
     }
 }
 
-fn merge_row(keys: &mut [f32], ids: &mut [u32], new_keys: &[f32], new_ids: &[u32]) {
-    let by_key_then_id = |a: &(f32, u32), b: &(f32, u32)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
-    let mut new: Vec<(f32, u32)> =
-        new_keys.iter().zip(new_ids).filter(|(_, &id)| id != NONE).map(|(&k, &id)| (k, id)).collect();
+/// One row of the merged lists.
+struct Row<'a> {
+    keys: &'a mut [f32],
+    ids: &'a mut [u32],
+    exact: Option<&'a mut [f64]>,
+}
+
+fn merge_row(row: Row<'_>, new_keys: &[f32], new_ids: &[u32], new_exact: &[f64]) {
+    type Entry = (f32, u32, f64);
+    let by_key_then_id = |a: &Entry, b: &Entry| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+    let mut new: Vec<Entry> =
+        (0..new_ids.len()).filter(|&s| new_ids[s] != NONE).map(|s| (new_keys[s], new_ids[s], new_exact[s])).collect();
     new.sort_unstable_by(by_key_then_id);
-    let old: Vec<(f32, u32)> =
-        keys.iter().zip(ids.iter()).take_while(|(_, &id)| id != NONE).map(|(&k, &id)| (k, id)).collect();
+    let Row { keys, ids, mut exact } = row;
+    let old: Vec<Entry> = (0..ids.len())
+        .take_while(|&s| ids[s] != NONE)
+        .map(|s| (keys[s], ids[s], exact.as_ref().map_or(f64::INFINITY, |e| e[s])))
+        .collect();
     let (mut a, mut b) = (old.into_iter().peekable(), new.into_iter().peekable());
     for slot in 0..keys.len() {
         let next = match (a.peek(), b.peek()) {
@@ -140,7 +179,11 @@ fn merge_row(keys: &mut [f32], ids: &mut [u32], new_keys: &[f32], new_ids: &[u32
             (Some(_), None) => a.next(),
             (None, _) => b.next(),
         };
-        (keys[slot], ids[slot]) = next.unwrap_or((f32::INFINITY, NONE));
+        let (key, id, exact_key) = next.unwrap_or((f32::INFINITY, NONE, f64::INFINITY));
+        (keys[slot], ids[slot]) = (key, id);
+        if let Some(e) = exact.as_mut() {
+            e[slot] = exact_key;
+        }
     }
 }
 
@@ -157,7 +200,7 @@ mod tests {
                 ids[r * kc + s] = id;
             }
         }
-        Part { first, slots: None, rows: rows.len(), kc, keys, ids, flags: vec![0; rows.len()] }
+        Part { first, slots: None, rows: rows.len(), kc, keys, ids, flags: vec![0; rows.len()], exact: None }
     }
 
     #[test]
@@ -192,5 +235,19 @@ mod tests {
         lists.merge(&scattered);
         let cands = lists.into_candidates();
         assert_eq!(cands.ids, [8, 5, 3, NONE]);
+        assert!(cands.exact.is_none(), "parts without float64 keys leave the lists without them");
+    }
+
+    #[test]
+    fn float64_keys_travel_with_their_candidates() {
+        let mut lists = RowLists::new(1, 2);
+        for (k, id) in [(3.0, 7), (1.0, 9), (2.0, 4)] {
+            let mut p = part(0, 2, &[&[(k, id)]]);
+            p.exact = Some(vec![f64::from(k) + 0.5, f64::INFINITY]);
+            lists.merge(&p);
+        }
+        let cands = lists.into_candidates();
+        assert_eq!(cands.ids, [9, 4]);
+        assert_eq!(cands.exact.unwrap(), [1.5, 2.5]);
     }
 }

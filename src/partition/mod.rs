@@ -78,6 +78,9 @@ pub(crate) fn graph(
             later_round(engines, task, kc, &pending)?
         };
         stats.candidate_seconds += clock.elapsed().as_secs_f64();
+        if cands.exact.is_some() {
+            stats.rows_reranked_on_gpu += pending.len();
+        }
 
         let clock = std::time::Instant::now();
         let brute_forced = AtomicUsize::new(0);
@@ -110,7 +113,8 @@ pub(crate) fn graph(
                     let bound = prepare::key_error_bound(metric, d, row_stats.scale[i], corpus_max);
                     // A row not proven although its list covers every row: keys that
                     // overflowed f32 (`key_error_bound`). The host answers it.
-                    match refine::refine(q, &cands.keys[range.clone()], &cands.ids[range], None, available, bound) {
+                    let exact = cands.exact.as_ref().map(|e| &e[range.clone()]);
+                    match refine::refine(q, &cands.keys[range.clone()], &cands.ids[range], exact, available, bound) {
                         Some(ranked) => ranked,
                         None if kc >= available => brute_force(),
                         None => return Some(i),
