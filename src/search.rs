@@ -211,6 +211,8 @@ pub struct Knn {
     engine: Engine,
     /// Further devices of [`Options::devices`], which share partitioned graphs.
     more_engines: Vec<Engine>,
+    /// Whether the caller listed the devices (rather than the machine's identical GPUs).
+    devices_listed: bool,
     options: Options,
     last: std::sync::Mutex<RunStats>,
 }
@@ -218,6 +220,7 @@ pub struct Knn {
 impl Knn {
     /// Opens the backend that `options` asks for.
     pub fn new(mut options: Options) -> Result<Self> {
+        let devices_listed = !options.devices.is_empty();
         // A machine's identical GPUs share its graphs unless one adapter is named.
         if options.devices.is_empty() && options.adapter.is_none() && options.backend != Backend::Cpu {
             options.devices = crate::gpu::identical_gpus().iter().map(|i| i.to_string()).collect();
@@ -235,7 +238,7 @@ impl Knn {
                 })
                 .collect::<Result<Vec<_>>>()?;
             let engine = engines.remove(0);
-            return Ok(Knn { engine, more_engines: engines, options, last: Default::default() });
+            return Ok(Knn { engine, more_engines: engines, devices_listed, options, last: Default::default() });
         }
         let engine = match options.backend {
             Backend::Cpu => Engine::Cpu(CpuEngine::new()),
@@ -245,7 +248,7 @@ impl Knn {
                 Err(_) => Engine::Cpu(CpuEngine::new()),
             },
         };
-        Ok(Knn { engine, more_engines: Vec::new(), options, last: Default::default() })
+        Ok(Knn { engine, more_engines: Vec::new(), devices_listed, options, last: Default::default() })
     }
 
     /// What runs the work, e.g. `gpu: NVIDIA H200 (Vulkan, subgroup select, size 32)`, with
@@ -382,9 +385,14 @@ impl Knn {
         }
         let workers = self.workers();
         let options = &self.options;
-        match strategy::choose(data.rows(), workers.len(), options.block_rows, options.checkpoint.is_some()) {
+        let asked = strategy::Asked {
+            block_rows: options.block_rows,
+            checkpoint: options.checkpoint.is_some(),
+            devices_listed: self.devices_listed,
+        };
+        match strategy::choose(data.rows(), workers.len(), asked) {
             Strategy::Single => {}
-            Strategy::Partitioned(plan) => return self.graph_partitioned(data, k, metric, plan),
+            Strategy::Partitioned { plan, workers } => return self.graph_partitioned(data, k, metric, plan, workers),
         }
         let shift = self.validate_corpus("data", data, metric)?;
         crate::trace::mark(|| "validated, mean".into());
@@ -394,7 +402,14 @@ impl Knn {
     }
 
     /// [`Knn::graph`] in blocks of rows dealt to every engine (`partition/`).
-    fn graph_partitioned(&self, data: MatrixRef<'_>, k: usize, metric: Metric, plan: BlockPlan) -> Result<Neighbors> {
+    fn graph_partitioned(
+        &self,
+        data: MatrixRef<'_>,
+        k: usize,
+        metric: Metric,
+        plan: BlockPlan,
+        workers: usize,
+    ) -> Result<Neighbors> {
         let (n, d) = (data.rows(), data.cols());
         crate::memory::check_host_memory(n, n, d, k, 0, self.options.max_host_memory)?;
         let shift = prepare::validate_corpus("data", data, metric)?;
@@ -406,7 +421,7 @@ impl Knn {
             }
             None => None,
         };
-        let workers = self.workers();
+        let workers = &self.workers()[..workers];
         let task = partition::GraphTask {
             data,
             shift: &shift,
@@ -423,7 +438,7 @@ impl Knn {
             }
         };
         let mut answer = partition::graph(
-            &workers,
+            workers,
             &task,
             checkpoint.as_ref(),
             self.options.progress.as_ref(),
