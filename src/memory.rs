@@ -80,7 +80,7 @@ pub fn check_host_memory(
     shown.extend(parts.iter().filter(|(_, b)| *b > 0).map(|(what, b)| format!("{what} {}", bytes(*b))));
     Err(Error::HostMemory(format!(
         "this run needs about {} of host memory ({}) but {} is {source}; use a smaller k or fewer \
-         queries, or set the limit with `max_host_memory` (`--max-memory MIB` on the command line)",
+         queries, or set the limit with `max_host_memory` (`--max-memory SIZE` on the command line)",
         bytes(needed),
         shown.join(", "),
         bytes(limit)

@@ -437,14 +437,8 @@ impl Knn {
                 notice(&format!("resuming: {done} of {blocks} blocks done"));
             }
         };
-        let mut answer = partition::graph(
-            workers,
-            &task,
-            checkpoint.as_ref(),
-            self.options.progress.as_ref(),
-            &notice,
-            &mut stats,
-        )?;
+        let mut answer =
+            partition::graph(workers, &task, checkpoint.as_ref(), self.options.progress.as_ref(), &notice, &mut stats)?;
         if include_self && metric != Metric::InnerProduct {
             put_self_first(&mut answer);
         }

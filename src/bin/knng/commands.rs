@@ -52,8 +52,8 @@ impl EngineArgs {
             backend: self.backend,
             adapter: self.adapter.clone(),
             no_subgroups: self.no_subgroups,
-            memory_budget: self.gpu_memory.map(|mib| mib << 20),
-            max_host_memory: self.max_memory.map(|mib| mib << 20),
+            memory_budget: self.gpu_memory,
+            max_host_memory: self.max_memory,
             include_self,
             progress: bar.callback(),
             profile,
@@ -87,7 +87,7 @@ impl EngineArgs {
 
     /// Refuses, before any input is read, a run that the machine's memory cannot hold.
     fn check_memory(&self, corpus_rows: usize, query_rows: usize, dim: usize, k: usize, inputs: u64) -> Outcome {
-        let limit = self.max_memory.map(|mib| mib << 20);
+        let limit = self.max_memory;
         Ok(knng::check_host_memory(corpus_rows, query_rows, dim, k, inputs, limit)?)
     }
 }

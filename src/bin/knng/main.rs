@@ -82,13 +82,15 @@ struct EngineArgs {
     /// Largest query tile in rows (a symmetric sweep's tile count follows), for tuning.
     #[arg(long, value_name = "ROWS", hide = true, value_parser = at_least(1))]
     query_tile: Option<u64>,
-    /// GPU memory knng may allocate, in MiB (default 4096 on discrete GPUs, 1024 on others).
-    /// Larger values mean fewer, larger tiles; an out-of-memory error halves it and retries.
-    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=MAX_MIB))]
+    /// GPU memory knng may allocate: a size such as 16GiB or 512MiB, or a number of MiB
+    /// (default 4GiB on discrete GPUs, 1GiB on others). Larger values mean fewer, larger tiles;
+    /// an out-of-memory error halves it and retries.
+    #[arg(long, value_name = "SIZE", value_parser = memory_size)]
     gpu_memory: Option<u64>,
-    /// Host memory the run may use, in MiB (default: what the machine has available). A run
-    /// estimated to need more is refused before it reads its inputs.
-    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=MAX_MIB))]
+    /// Host memory the run may use: a size such as 2GiB, or a number of MiB (default: what
+    /// the machine has available). A run estimated to need more is refused before it reads
+    /// its inputs.
+    #[arg(long, value_name = "SIZE", value_parser = memory_size)]
     max_memory: Option<u64>,
     /// CPU threads (default: one per logical CPU; at most four per logical CPU).
     #[arg(long, value_name = "N", value_parser = at_least(1))]
@@ -234,6 +236,37 @@ struct BenchArgs {
 /// The largest memory size flags take, in MiB (16 TiB): larger values would overflow bytes.
 const MAX_MIB: u64 = 1 << 24;
 
+/// A memory size in bytes: a number with a unit (`B`; `K`, `M`, `G`, `T` and `KiB` ... `TiB`
+/// in powers of 1024; `KB` ... `TB` in powers of 1000), or a bare number of MiB. From 1 MiB
+/// to 16 TiB.
+fn memory_size(s: &str) -> Result<u64, String> {
+    let text = s.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "m" | "mib" => (1u64 << 20) as f64,
+        "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "g" | "gib" => (1u64 << 30) as f64,
+        "t" | "tib" => (1u64 << 40) as f64,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use e.g. 512MiB, 16GiB, 2GB, or a number of MiB)")),
+    };
+    let value: f64 =
+        number.parse().map_err(|_| format!("{s:?} is not a size (e.g. 512MiB, 16GiB, or a number of MiB)"))?;
+    let bytes = value * scale;
+    if bytes < (1u64 << 20) as f64 {
+        return Err(format!("{s} is too small: at least 1MiB"));
+    }
+    if bytes > (MAX_MIB << 20) as f64 {
+        return Err(format!("{s} is too large: at most 16TiB"));
+    }
+    Ok(bytes as u64)
+}
+
 /// A whole-number argument of at least `min`, with a message that says so.
 fn at_least(min: u64) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
     move |s: &str| match s.trim().parse::<u64>() {
@@ -358,5 +391,22 @@ mod tests {
             assert!(repeated.is_empty(), "`knng {}` repeats short flags {repeated:?}", command.get_name());
         }
         cli.debug_assert();
+    }
+
+    #[test]
+    fn memory_sizes_take_units_or_mib() {
+        assert_eq!(memory_size("512"), Ok(512 << 20));
+        assert_eq!(memory_size("128MiB"), Ok(128 << 20));
+        assert_eq!(memory_size("2GiB"), Ok(2 << 30));
+        assert_eq!(memory_size("2g"), Ok(2 << 30));
+        assert_eq!(memory_size("1.5G"), Ok(3 << 29));
+        assert_eq!(memory_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(memory_size("1048576B"), Ok(1 << 20));
+        for (bad, needle) in
+            [("2XB", "unknown unit"), ("G", "not a size"), ("1KiB", "too small"), ("17TiB", "too large")]
+        {
+            let message = memory_size(bad).unwrap_err();
+            assert!(message.contains(needle), "{bad}: {message}");
+        }
     }
 }
