@@ -6,7 +6,7 @@ use crate::data::MatrixRef;
 use crate::error::{Error, Result};
 use crate::gpu::GpuEngine;
 use crate::metric::Metric;
-use crate::refine::Candidates;
+use crate::refine::{Candidates, NONE};
 
 /// One backend: the host's cores, or one GPU device.
 pub(crate) enum Engine {
@@ -40,6 +40,76 @@ impl Engine {
             }),
         }
     }
+}
+
+impl Engine {
+    /// The two sides of an off-diagonal block of a graph: the `kc` best candidates of each row
+    /// of `i` among the rows of `j` (ids rows of `j`), and of each row of `j` among those of
+    /// `i` (ids rows of `i`). The CPU computes each key once for both rows, where both blocks
+    /// have at least `kc` rows; elsewhere the two sides are two searches.
+    pub fn pair_candidates(
+        &self,
+        i: MatrixRef<'_>,
+        j: MatrixRef<'_>,
+        kc: usize,
+        shift: &[f32],
+        metric: Metric,
+    ) -> Result<(Candidates, Candidates)> {
+        if let (Engine::Cpu(c), true) = (self, kc <= i.rows().min(j.rows())) {
+            let mut both = Vec::with_capacity(i.as_slice().len() + j.as_slice().len());
+            both.extend_from_slice(i.as_slice());
+            both.extend_from_slice(j.as_slice());
+            let both = MatrixRef::new(&both, i.rows() + j.rows(), i.cols())?;
+            let session = c.open(both, shift, metric, None);
+            let cands = session.two_sided_candidates(i.rows(), kc);
+            return Ok(split_sides(cands, i.rows()));
+        }
+        let side = |queries: MatrixRef<'_>, corpus: MatrixRef<'_>| {
+            let exclude = vec![NONE; queries.rows()];
+            let kc = kc.min(corpus.rows());
+            let job = CandidateJob {
+                corpus,
+                queries,
+                queries_are_corpus: false,
+                exclude: &exclude,
+                kc,
+                shift,
+                metric,
+                symmetric: None,
+            };
+            self.candidates(job, &|_| {})
+        };
+        Ok((side(i, j)?, side(j, i)?))
+    }
+}
+
+/// Candidates of the rows `[i; j]` of a two-sided block, ids into `[i; j]`, as those of `i`
+/// (ids rows of `j`) and those of `j` (ids rows of `i`).
+fn split_sides(mut cands: Candidates, split: usize) -> (Candidates, Candidates) {
+    let kc = cands.kc;
+    let j_keys = cands.keys.split_off(split * kc);
+    let j_ids = cands.ids.split_off(split * kc);
+    for id in cands.ids.iter_mut().filter(|id| **id != NONE) {
+        *id -= split as u32;
+    }
+    let side = |keys, ids, failed: Vec<bool>| Candidates {
+        kc,
+        keys,
+        ids,
+        failed,
+        incomplete: Vec::new(),
+        shortlisted: 0,
+        buffers_allocated: false,
+        symmetric: true,
+        bounded: false,
+        shared_keys: false,
+        published: 0,
+        exact: None,
+        ranked: None,
+    };
+    let j_failed = cands.failed.split_off(split);
+    let i_side = side(cands.keys, cands.ids, cands.failed);
+    (i_side, side(j_keys, j_ids, j_failed))
 }
 
 /// What [`Engine::candidates`] computes.

@@ -285,6 +285,11 @@ fn dot_block(dots: &mut [f32], a: &[f32], b: &[f32], rows: usize, cols: usize, d
     }
 }
 
+/// `rows` cut into blocks of [`SYMMETRIC_BLOCK`]: (first row, rows) each.
+fn spans(rows: std::ops::Range<usize>) -> Vec<(usize, usize)> {
+    rows.clone().step_by(SYMMETRIC_BLOCK).map(|r0| (r0, SYMMETRIC_BLOCK.min(rows.end - r0))).collect()
+}
+
 /// Candidate lists of `nq` rows of `kc` slots, from the engine.
 fn candidates_of(kc: usize, keys: Vec<f32>, ids: Vec<u32>, symmetric: bool) -> Candidates {
     let nq = ids.len() / kc;
@@ -369,35 +374,59 @@ impl CorpusSession<'_> {
 
     /// A graph's candidates from each pair of row blocks computed once: block (a, b), a < b,
     /// offers row i of a the key of (i, j) and row j of b the same key as that of (j, i); the
-    /// norms commute, so it is bitwise the key a plain sweep computes for either row. A pair's
-    /// task locks both blocks' lists (lower block first) while it offers its keys.
+    /// norms commute, so it is bitwise the key a plain sweep computes for either row.
     fn symmetric_candidates(&self, exclude: &[u32], kc: usize, report: &(dyn Fn(usize) + Sync)) -> Candidates {
+        let spans = spans(0..self.corpus.rows());
+        let pairs: Vec<(usize, usize)> = (0..spans.len()).flat_map(|a| (a..spans.len()).map(move |b| (a, b))).collect();
+        self.block_pairs(&spans, &pairs, exclude, kc, report)
+    }
+
+    /// The two sides of a block of the partitioned graph, both from one distance block: the
+    /// corpus holds the rows of I (`..split`) then those of J, and each row of I lists rows
+    /// of J while each row of J lists rows of I.
+    pub fn two_sided_candidates(&self, split: usize, kc: usize) -> Candidates {
+        let spans: Vec<(usize, usize)> = spans(0..split).into_iter().chain(spans(split..self.corpus.rows())).collect();
+        let first_of_j = spans.iter().position(|&(r0, _)| r0 >= split).unwrap_or(spans.len());
+        let pairs: Vec<(usize, usize)> =
+            (0..first_of_j).flat_map(|a| (first_of_j..spans.len()).map(move |b| (a, b))).collect();
+        let exclude = vec![NONE; self.corpus.rows()];
+        self.block_pairs(&spans, &pairs, &exclude, kc, &|_| {})
+    }
+
+    /// Candidates of every row from the distance blocks of `pairs` of row `spans` (first row,
+    /// rows), each computed once and offered to the rows of both its blocks. A pair's task
+    /// locks both blocks' lists (lower block first) while it offers its keys.
+    fn block_pairs(
+        &self,
+        spans: &[(usize, usize)],
+        pairs: &[(usize, usize)],
+        exclude: &[u32],
+        kc: usize,
+        report: &(dyn Fn(usize) + Sync),
+    ) -> Candidates {
         let d = self.corpus.cols();
         let n = self.corpus.rows();
         let (prepared, norms) = (&self.prepared, &self.norms);
         let (scale, constant) = key_form(self.metric);
-        let blocks = n.div_ceil(SYMMETRIC_BLOCK);
-        let span = |b: usize| (b * SYMMETRIC_BLOCK, SYMMETRIC_BLOCK.min(n - b * SYMMETRIC_BLOCK));
         struct Block {
             lists: Vec<BestKeys>,
             limits: Vec<f32>,
         }
-        let lists: Vec<Mutex<Block>> = (0..blocks)
-            .map(|b| {
-                let rows = span(b).1;
+        let lists: Vec<Mutex<Block>> = spans
+            .iter()
+            .map(|&(_, rows)| {
                 Mutex::new(Block {
                     lists: (0..rows).map(|_| BestKeys::new(kc)).collect(),
                     limits: vec![f32::NAN; rows],
                 })
             })
             .collect();
-        let pairs: Vec<(usize, usize)> = (0..blocks).flat_map(|a| (a..blocks).map(move |b| (a, b))).collect();
         let done = AtomicUsize::new(0);
         let lock = |b: usize| lists[b].lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         pairs.par_iter().for_each_init(
             || vec![0.0f32; SYMMETRIC_BLOCK * SYMMETRIC_BLOCK],
             |dots, &(a, b)| {
-                let ((r0, rows), (c0, cols)) = (span(a), span(b));
+                let ((r0, rows), (c0, cols)) = (spans[a], spans[b]);
                 dot_block(dots, &prepared[r0 * d..], &prepared[c0 * d..], rows, cols, d);
                 let key_row = |r: usize| KeyRow {
                     dots: &dots[r * cols..(r + 1) * cols],
@@ -421,14 +450,22 @@ impl CorpusSession<'_> {
         );
         let mut keys = vec![f32::INFINITY; n * kc];
         let mut ids = vec![NONE; n * kc];
-        keys.par_chunks_mut(SYMMETRIC_BLOCK * kc).zip(ids.par_chunks_mut(SYMMETRIC_BLOCK * kc)).zip(lists).for_each(
-            |((key_block, id_block), block)| {
-                let block = block.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
-                for (r, top) in block.lists.into_iter().enumerate() {
-                    top.write(&mut key_block[r * kc..(r + 1) * kc], &mut id_block[r * kc..(r + 1) * kc]);
-                }
-            },
-        );
+        let mut key_blocks = Vec::new();
+        let mut id_blocks = Vec::new();
+        let (mut key_rest, mut id_rest) = (&mut keys[..], &mut ids[..]);
+        for &(_, rows) in spans {
+            let (k, kr) = key_rest.split_at_mut(rows * kc);
+            let (i, ir) = id_rest.split_at_mut(rows * kc);
+            key_blocks.push(k);
+            id_blocks.push(i);
+            (key_rest, id_rest) = (kr, ir);
+        }
+        key_blocks.into_par_iter().zip(id_blocks).zip(lists).for_each(|((key_block, id_block), block)| {
+            let block = block.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+            for (r, top) in block.lists.into_iter().enumerate() {
+                top.write(&mut key_block[r * kc..(r + 1) * kc], &mut id_block[r * kc..(r + 1) * kc]);
+            }
+        });
         report(n);
         candidates_of(kc, keys, ids, true)
     }

@@ -218,11 +218,10 @@ fn block_lists(engine: &Engine, task: &GraphTask<'_>, kc: usize, job: Job) -> Re
         }
         Job::Pair(i, j) => {
             let ((first_i, block_i), (first_j, block_j)) = (rows(i), rows(j));
-            let none_i = vec![NONE; block_i.rows()];
-            let none_j = vec![NONE; block_j.rows()];
+            let (of_i, of_j) = engine.pair_candidates(block_i, block_j, kc, task.shift, task.metric)?;
             Ok(vec![
-                lists_of(engine, task, kc, block_j, block_i, false, &none_i, block_j.rows(), first_i, first_j)?,
-                lists_of(engine, task, kc, block_i, block_j, false, &none_j, block_i.rows(), first_j, first_i)?,
+                Part::from_candidates(first_i, of_i, first_j).padded(kc),
+                Part::from_candidates(first_j, of_j, first_i).padded(kc),
             ])
         }
         Job::Search(_) => unreachable!("search jobs belong to later rounds"),
