@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 use super::Elem;
-use crate::data::Matrix;
+use crate::data::{Matrix, MatrixRef};
 use crate::error::{Error, Result};
 
 /// Maps `path` read-only, with file-not-found and empty-file errors that name it.
@@ -76,6 +76,23 @@ impl Mapped {
 
     pub(crate) fn cols(&self) -> usize {
         self.cols
+    }
+
+    /// The values in place, where the file stores exactly f32 rows: little-endian f32, row
+    /// after row, nothing between them.
+    pub(crate) fn f32_rows(&self) -> Option<MatrixRef<'_>> {
+        let in_place = self.elem == Elem::F32
+            && !self.big_endian
+            && cfg!(target_endian = "little")
+            && self.col_offsets.is_none()
+            && self.row_dim.is_none()
+            && self.row_bytes == self.cols * 4;
+        if !in_place {
+            return None;
+        }
+        let bytes = self.map.get(self.base..self.base + self.rows * self.row_bytes)?;
+        let values: &[f32] = bytemuck::try_cast_slice(bytes).ok()?;
+        MatrixRef::new(values, self.rows, self.cols).ok()
     }
 
     pub(crate) fn read_rows(&self, range: Range<usize>) -> Result<Matrix> {

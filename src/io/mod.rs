@@ -34,7 +34,7 @@ mod h5;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use crate::data::{Matrix, Neighbors};
+use crate::data::{Matrix, MatrixRef, Neighbors};
 use crate::error::{Error, Result};
 
 #[doc(hidden)]
@@ -149,6 +149,18 @@ impl MatrixFile {
             Source::Loaded(m) => m.cols(),
             #[cfg(feature = "hdf5")]
             Source::Hdf5(d) => d.cols(),
+        }
+    }
+
+    /// The file's rows in place, without reading them into memory, where the file stores
+    /// exactly f32 rows (`.npy` of little-endian float32 in C order, `.fbin`); `None` for
+    /// every other layout, whose rows [`MatrixFile::read_rows`] converts. The operating
+    /// system pages the rows in as they are used and may drop them again under memory
+    /// pressure.
+    pub fn f32_rows(&self) -> Option<MatrixRef<'_>> {
+        match &self.inner {
+            Source::Mapped(m) => m.f32_rows(),
+            _ => None,
         }
     }
 
@@ -414,6 +426,40 @@ mod tests {
         assert_eq!(split_spec("x.npy:train"), (PathBuf::from("x.npy"), Some("train".into())));
         assert_eq!(split_spec("c:/data/a.npy"), (PathBuf::from("c:/data/a.npy"), None));
         assert_eq!(split_spec("odd:name.npy"), (PathBuf::from("odd:name.npy"), None));
+    }
+
+    #[test]
+    fn f32_rows_are_used_in_place_only_where_the_file_stores_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = sample(5, 3);
+        let f32_bytes: Vec<u8> = m.as_slice().iter().flat_map(|v| v.to_le_bytes()).collect();
+        let npy = dir.path().join("a.npy");
+        npy::write_matrix_npy(&npy, &m).unwrap();
+        let mut fbin = [5u32.to_le_bytes(), 3u32.to_le_bytes()].concat();
+        fbin.extend_from_slice(&f32_bytes);
+        let fbin_path = dir.path().join("a.fbin");
+        std::fs::write(&fbin_path, fbin).unwrap();
+        for path in [&npy, &fbin_path] {
+            let file = MatrixFile::open(path.to_str().unwrap()).unwrap();
+            let rows = file.f32_rows().unwrap_or_else(|| panic!("{} not in place", path.display()));
+            assert_eq!((rows.rows(), rows.cols(), rows.as_slice()), (5, 3, m.as_slice()));
+        }
+        // Rows with a prefix (.fvecs) or other value types are converted.
+        let mut fvecs = Vec::new();
+        for row in m.as_slice().chunks(3) {
+            fvecs.extend_from_slice(&3i32.to_le_bytes());
+            fvecs.extend(row.iter().flat_map(|v| v.to_le_bytes()));
+        }
+        let fvecs_path = dir.path().join("a.fvecs");
+        std::fs::write(&fvecs_path, fvecs).unwrap();
+        let u8bin_path = dir.path().join("a.u8bin");
+        std::fs::write(&u8bin_path, [[5u32.to_le_bytes(), 3u32.to_le_bytes()].concat(), vec![7u8; 15]].concat())
+            .unwrap();
+        for path in [&fvecs_path, &u8bin_path] {
+            let file = MatrixFile::open(path.to_str().unwrap()).unwrap();
+            assert!(file.f32_rows().is_none(), "{}", path.display());
+            assert_eq!(file.read_rows(0..5).unwrap().rows(), 5);
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use knng::io::{self, MatrixFile};
-use knng::{Error, Knn, Matrix, Options};
+use knng::{Error, Knn, Matrix, MatrixRef, Options};
 
 use crate::progress::Bar;
 use crate::{say, EngineArgs, Failure, GraphArgs, Outcome, SearchArgs};
@@ -148,22 +148,40 @@ fn open(spec: &str) -> Outcome<MatrixFile> {
 }
 
 /// Bytes of f32 rows an input takes once read.
+/// Host memory an input takes once read: none where its rows are used in place.
 fn input_bytes(file: &MatrixFile) -> u64 {
+    if file.f32_rows().is_some() {
+        return 0;
+    }
     (file.rows() as u64).saturating_mul(file.cols() as u64).saturating_mul(4)
 }
 
-fn read(file: &MatrixFile, spec: &str, engine: &EngineArgs) -> Outcome<Matrix> {
+/// An input's rows: in place where the file stores them as f32, else read and converted.
+enum Input<'f> {
+    Mapped(MatrixRef<'f>),
+    Read(Matrix),
+}
+
+impl Input<'_> {
+    fn view(&self) -> MatrixRef<'_> {
+        match self {
+            Input::Mapped(m) => *m,
+            Input::Read(m) => m.view(),
+        }
+    }
+}
+
+fn read<'f>(file: &'f MatrixFile, spec: &str, engine: &EngineArgs) -> Outcome<Input<'f>> {
+    let shape =
+        |m: MatrixRef<'_>| format!("{} row{} x {} column{}", m.rows(), plural(m.rows()), m.cols(), plural(m.cols()));
+    if let Some(rows) = file.f32_rows() {
+        engine.status(format!("mapped {spec}: {} of f32, used in place", shape(rows)));
+        return Ok(Input::Mapped(rows));
+    }
     let start = Instant::now();
     let m = file.read_rows(0..file.rows())?;
-    engine.status(format!(
-        "read {spec}: {} row{} x {} column{} in {}",
-        m.rows(),
-        plural(m.rows()),
-        m.cols(),
-        plural(m.cols()),
-        seconds(start.elapsed().as_secs_f64())
-    ));
-    Ok(m)
+    engine.status(format!("read {spec}: {} in {}", shape(m.view()), seconds(start.elapsed().as_secs_f64())));
+    Ok(Input::Read(m))
 }
 
 fn finish(engine: &EngineArgs, knn: &Knn, summary: String, rows: usize, elapsed: f64, out: &Path) {
@@ -200,7 +218,6 @@ pub fn graph(a: GraphArgs) -> Outcome {
     }
     a.engine.check_memory(n, n, file.cols(), k, input_bytes(&file))?;
     let data = read(&file, &a.input, &a.engine)?;
-    drop(file);
     let bar = Bar::new(a.engine.quiet, "graph");
     let knn = a.engine.open_with(a.include_self, false, a.checkpoint.as_deref(), &bar)?;
     a.engine.explain_backend(&knn);
@@ -241,9 +258,7 @@ pub fn search(a: SearchArgs) -> Outcome {
     let inputs = input_bytes(&corpus_file).saturating_add(input_bytes(&query_file));
     a.engine.check_memory(n, query_file.rows(), corpus_file.cols(), k, inputs)?;
     let corpus = read(&corpus_file, &a.corpus, &a.engine)?;
-    drop(corpus_file);
     let queries = read(&query_file, &a.queries, &a.engine)?;
-    drop(query_file);
     let bar = Bar::new(a.engine.quiet, "search");
     let knn = a.engine.open(false, &bar)?;
     a.engine.explain_backend(&knn);
@@ -255,7 +270,7 @@ pub fn search(a: SearchArgs) -> Outcome {
     let elapsed = start.elapsed().as_secs_f64();
     drop(bar);
     io::write_neighbors(out, &nb, n)?;
-    let nq = queries.rows();
+    let nq = queries.view().rows();
     finish(
         &a.engine,
         &knn,
