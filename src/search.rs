@@ -346,6 +346,26 @@ impl Knn {
     /// included only with [`Options::include_self`]).
     ///
     /// `k` may be anything from 1 to n - 1 (n with `include_self`).
+    ///
+    /// With several devices ([`Options::devices`]), a checkpoint ([`Options::checkpoint`]) or
+    /// [`Options::block_rows`], the rows are cut into blocks and the pairs of blocks are
+    /// dealt to the devices; the answer is the same. With a checkpoint, the same call on the
+    /// same data after a crash or kill computes only the blocks not yet recorded, and says so
+    /// through [`Options::notice`]; remove the directory afterwards
+    /// ([`remove_checkpoint`](crate::remove_checkpoint)).
+    ///
+    /// ```
+    /// use knng::{Backend, Knn, Matrix, Metric, Options};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let checkpoint = dir.path().join("graph.ckpt");
+    /// let data = Matrix::from_rows(&[[0.0f32], [1.0], [3.0], [7.0], [8.0]])?;
+    /// let options = Options { backend: Backend::Cpu, block_rows: Some(2), checkpoint: Some(checkpoint.clone()), ..Options::default() };
+    /// let graph = Knn::new(options)?.graph(data.view(), 1, Metric::Euclidean)?;
+    /// assert_eq!(graph.indices, [1, 0, 1, 4, 3]);
+    /// knng::remove_checkpoint(&checkpoint)?;
+    /// # Ok::<(), knng::Error>(())
+    /// ```
     pub fn graph(&self, data: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
         self.graph_in(data, k, metric, AnswerMemory::default())
     }

@@ -267,8 +267,8 @@ fn block_files(dir: &Path) -> Result<impl Iterator<Item = PathBuf>> {
     }))
 }
 
-/// Removes a finished run's checkpoint: its manifest and block files, and the directory
-/// when nothing else is left in it.
+/// Removes the checkpoint in `dir` of a finished graph ([`Options::checkpoint`](crate::Options::checkpoint)):
+/// its manifest and block files, and the directory when nothing else is left in it.
 pub fn remove(dir: &Path) -> Result<()> {
     for path in block_files(dir)?.chain([dir.join(MANIFEST)]) {
         match fs::remove_file(&path) {
