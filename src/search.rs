@@ -398,11 +398,6 @@ impl Knn {
     fn graph_in(&self, data: MatrixRef<'_>, k: usize, metric: Metric, answers: AnswerMemory) -> Result<Neighbors> {
         crate::trace::mark(|| format!("graph of {} x {} rows, k = {k}", data.rows(), data.cols()));
         check_rows("data", data.rows())?;
-        if self.options.include_self {
-            check_k(k, data.rows(), "the number of rows")?;
-        } else {
-            check_k(k, data.rows().saturating_sub(1), "the number of rows - 1 (the point itself is excluded)")?;
-        }
         let workers = self.workers();
         let options = &self.options;
         let asked = strategy::Asked {
@@ -415,10 +410,20 @@ impl Knn {
             Strategy::Partitioned { plan, workers } => return self.graph_partitioned(data, k, metric, plan, workers),
         }
         let shift = self.validate_corpus("data", data, metric)?;
+        self.check_graph_k(data.rows(), k)?;
         crate::trace::mark(|| "validated, mean".into());
         let exclude: Vec<u32> =
             if self.options.include_self { vec![NONE; data.rows()] } else { (0..data.rows() as u32).collect() };
         self.run(&Task { corpus: data, queries: data, shift, exclude, k, metric, answers })
+    }
+
+    /// `k` between 1 and the rows a point may list: n - 1, or n with `include_self`.
+    fn check_graph_k(&self, n: usize, k: usize) -> Result<()> {
+        if self.options.include_self {
+            check_k(k, n, "the number of rows")
+        } else {
+            check_k(k, n.saturating_sub(1), "the number of rows - 1 (the point itself is excluded)")
+        }
     }
 
     /// [`Knn::graph`] in blocks of rows dealt to every engine (`partition/`).
@@ -431,8 +436,9 @@ impl Knn {
         workers: usize,
     ) -> Result<Neighbors> {
         let (n, d) = (data.rows(), data.cols());
-        crate::memory::check_host_memory(n, n, d, k, 0, self.options.max_host_memory)?;
         let shift = prepare::validate_corpus("data", data, metric)?;
+        self.check_graph_k(n, k)?;
+        crate::memory::check_host_memory(n, n, d, k, 0, self.options.max_host_memory)?;
         let include_self = self.options.include_self;
         let checkpoint = match &self.options.checkpoint {
             Some(dir) => {
