@@ -139,6 +139,19 @@ impl Neighbors {
     }
 }
 
+/// Whole rows of an answer handed over before the rest is finished
+/// ([`Knn::graph_streamed`](crate::Knn::graph_streamed)): rows `first..first + rows` of the
+/// graph, `rows x k` values each, in the layout of [`Neighbors`].
+#[derive(Debug)]
+pub struct FinishedRows<'a> {
+    /// The first row's number in the graph.
+    pub first: usize,
+    /// Neighbour indices, `rows x k`.
+    pub indices: &'a [u32],
+    /// Neighbour distances, `rows x k`.
+    pub distances: &'a [f32],
+}
+
 /// Where a run's answers are written: the arrays of an earlier answer that the caller lends
 /// ([`Knn::graph_into`](crate::Knn::graph_into)), or else memory fresh from the system.
 ///

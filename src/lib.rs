@@ -55,7 +55,7 @@ mod search;
 mod strategy;
 mod trace;
 
-pub use data::{Matrix, MatrixRef, Neighbors};
+pub use data::{FinishedRows, Matrix, MatrixRef, Neighbors};
 pub use error::{Error, Result};
 pub use gpu::{adapters, missing_gpu_hint, AdapterReport, GpuTimes};
 pub use memory::{available_host_memory, check_host_memory, host_memory_estimate};

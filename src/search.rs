@@ -6,12 +6,12 @@ use std::sync::{Arc, OnceLock};
 use rayon::prelude::*;
 
 use crate::cpu::CpuEngine;
-use crate::data::{AnswerMemory, Matrix, MatrixRef, Neighbors};
+use crate::data::{AnswerMemory, FinishedRows, Matrix, MatrixRef, Neighbors};
 use crate::engine::{retry_smaller, Engine};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuEngine, GpuTimes, MAX_CERTIFY_KC};
 use crate::metric::Metric;
-use crate::partition::{self, checkpoint, BlockPlan};
+use crate::partition::{self, checkpoint, BlockPlan, RowSink};
 use crate::prepare::{self, RowStats};
 use crate::refine::{self, write_row, Candidates, Certify, Query, NONE};
 use crate::strategy::{self, Strategy};
@@ -395,7 +395,66 @@ impl Knn {
         Ok(())
     }
 
+    /// [`Knn::graph`], handing the answer to `sink` in pieces of whole rows, in row order,
+    /// as they are finished, rather than returning it: for graphs whose answer need not, or
+    /// cannot, be held in memory at once. Partitioned graphs ([`Options::block_rows`],
+    /// several devices, a checkpoint) hand over each block of rows once it is finished; other
+    /// graphs hand over every row at the end. An error returned by `sink` stops the run and
+    /// is returned.
+    ///
+    /// ```
+    /// use knng::{Backend, Knn, Matrix, Metric, Options};
+    ///
+    /// let data = Matrix::from_rows(&[[0.0f32], [1.0], [3.0], [7.0], [8.0]])?;
+    /// let knn = Knn::new(Options { backend: Backend::Cpu, block_rows: Some(2), ..Options::default() })?;
+    /// let mut nearest = Vec::new();
+    /// knn.graph_streamed(data.view(), 1, Metric::Euclidean, &mut |rows| {
+    ///     assert_eq!(rows.first, nearest.len());
+    ///     nearest.extend_from_slice(rows.indices);
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!(nearest, [1, 0, 1, 4, 3]);
+    /// # Ok::<(), knng::Error>(())
+    /// ```
+    pub fn graph_streamed(
+        &self,
+        data: MatrixRef<'_>,
+        k: usize,
+        metric: Metric,
+        sink: &mut dyn FnMut(FinishedRows<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let mut hand_over =
+            |first: usize, indices: &mut [u32], distances: &mut [f32]| sink(FinishedRows { first, indices, distances });
+        if let Some(answer) = self.graph_or_stream(data, k, metric, AnswerMemory::default(), &mut hand_over)? {
+            let Neighbors { mut indices, mut distances, .. } = answer;
+            hand_over(0, &mut indices, &mut distances)?;
+        }
+        Ok(())
+    }
+
     fn graph_in(&self, data: MatrixRef<'_>, k: usize, metric: Metric, answers: AnswerMemory) -> Result<Neighbors> {
+        let (mut indices, mut distances) = (Vec::new(), Vec::new());
+        let mut collect = |_: usize, ids: &mut [u32], dists: &mut [f32]| {
+            indices.extend_from_slice(ids);
+            distances.extend_from_slice(dists);
+            Ok(())
+        };
+        match self.graph_or_stream(data, k, metric, answers, &mut collect)? {
+            Some(answer) => Ok(answer),
+            None => Ok(Neighbors { indices, distances, queries: data.rows(), k }),
+        }
+    }
+
+    /// The graph of `data`: returned whole, or handed to `sink` block by block where it is
+    /// partitioned.
+    fn graph_or_stream(
+        &self,
+        data: MatrixRef<'_>,
+        k: usize,
+        metric: Metric,
+        answers: AnswerMemory,
+        sink: &mut RowSink<'_>,
+    ) -> Result<Option<Neighbors>> {
         crate::trace::mark(|| format!("graph of {} x {} rows, k = {k}", data.rows(), data.cols()));
         check_rows("data", data.rows())?;
         let workers = self.workers();
@@ -407,14 +466,17 @@ impl Knn {
         };
         match strategy::choose(data.rows(), workers.len(), asked) {
             Strategy::Single => {}
-            Strategy::Partitioned { plan, workers } => return self.graph_partitioned(data, k, metric, plan, workers),
+            Strategy::Partitioned { plan, workers } => {
+                self.graph_partitioned(data, k, metric, plan, workers, sink)?;
+                return Ok(None);
+            }
         }
         let shift = self.validate_corpus("data", data, metric)?;
         self.check_graph_k(data.rows(), k)?;
         crate::trace::mark(|| "validated, mean".into());
         let exclude: Vec<u32> =
             if self.options.include_self { vec![NONE; data.rows()] } else { (0..data.rows() as u32).collect() };
-        self.run(&Task { corpus: data, queries: data, shift, exclude, k, metric, answers })
+        self.run(&Task { corpus: data, queries: data, shift, exclude, k, metric, answers }).map(Some)
     }
 
     /// `k` between 1 and the rows a point may list: n - 1, or n with `include_self`.
@@ -434,7 +496,8 @@ impl Knn {
         metric: Metric,
         plan: BlockPlan,
         workers: usize,
-    ) -> Result<Neighbors> {
+        sink: &mut RowSink<'_>,
+    ) -> Result<()> {
         let (n, d) = (data.rows(), data.cols());
         let shift = prepare::validate_corpus("data", data, metric)?;
         self.check_graph_k(n, k)?;
@@ -463,16 +526,19 @@ impl Knn {
                 notice(&format!("resuming: {done} of {blocks} blocks done"));
             }
         };
-        let mut answer =
-            partition::graph(workers, &task, checkpoint.as_ref(), self.options.progress.as_ref(), &notice, &mut stats)?;
-        if include_self && metric != Metric::InnerProduct {
-            put_self_first(&mut answer);
-        }
-        if let Some(p) = &self.options.progress {
+        let mut sink = |first: usize, indices: &mut [u32], distances: &mut [f32]| {
+            if include_self && metric != Metric::InnerProduct {
+                put_self_first(first, k, indices, distances);
+            }
+            sink(first, indices, distances)
+        };
+        let progress = self.options.progress.as_ref();
+        partition::graph(workers, &task, checkpoint.as_ref(), progress, &notice, &mut stats, &mut sink)?;
+        if let Some(p) = progress {
             p(n as u64, n as u64);
         }
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
-        Ok(answer)
+        Ok(())
     }
 
     /// [`prepare::validate_corpus`]; a GPU engine allocates the corpus's buffers and writes
@@ -495,7 +561,7 @@ impl Knn {
         crate::memory::check_host_memory(n, nq, d, task.k, 0, self.options.max_host_memory)?;
         let mut answer = self.run_any(task)?;
         if self.options.include_self && task.metric != Metric::InnerProduct {
-            put_self_first(&mut answer);
+            put_self_first(0, answer.k, &mut answer.indices, &answer.distances);
         }
         Ok(answer)
     }
@@ -779,26 +845,26 @@ fn check_rows(what: &str, rows: usize) -> Result<()> {
 /// In a graph that counts each point as its own neighbour, the point comes first among the
 /// rows at its distance 0 (exact duplicates), as scikit-learn users expect, rather than
 /// after duplicates of smaller index. Rows are otherwise unchanged: (distance, index) order.
-fn put_self_first(answer: &mut Neighbors) {
-    let k = answer.k;
-    answer.indices.par_chunks_mut(k).zip(answer.distances.par_chunks_mut(k)).enumerate().for_each(
-        |(i, (ids, dists))| {
-            if ids[0] as usize == i {
-                return;
+/// Puts each row of a graph first in its own list where it ties with the first neighbour: the
+/// rows `first..` of the graph, `k` neighbours each.
+fn put_self_first(first: usize, k: usize, indices: &mut [u32], distances: &[f32]) {
+    indices.par_chunks_mut(k).zip(distances.par_chunks(k)).enumerate().for_each(|(r, (ids, dists))| {
+        let i = first + r;
+        if ids[0] as usize == i {
+            return;
+        }
+        let ties = dists.iter().take_while(|&&d| d == dists[0]).count();
+        match ids[..ties].iter().position(|&id| id as usize == i) {
+            Some(at) => ids[..=at].rotate_right(1),
+            // More exact duplicates than k, all of smaller index: the point replaces the
+            // last of them (every one of them ties with it).
+            None if ties == k => {
+                ids.rotate_right(1);
+                ids[0] = i as u32;
             }
-            let ties = dists.iter().take_while(|&&d| d == dists[0]).count();
-            match ids[..ties].iter().position(|&id| id as usize == i) {
-                Some(at) => ids[..=at].rotate_right(1),
-                // More exact duplicates than k, all of smaller index: the point replaces the
-                // last of them (every one of them ties with it).
-                None if ties == k => {
-                    ids.rotate_right(1);
-                    ids[0] = i as u32;
-                }
-                None => {}
-            }
-        },
-    );
+            None => {}
+        }
+    });
 }
 
 fn check_k(k: usize, max: usize, what: &str) -> Result<()> {

@@ -510,10 +510,31 @@ fn run_partitioned(knn: &Knn, workers: usize) {
     }
     assert!(runs.iter().any(|s| s.blocks >= 10), "no graph took many blocks");
     assert!(runs.iter().any(|s| s.rounds > 1 && s.blocks > 1), "no partitioned graph took a later round");
+    stream_in_blocks(knn);
     // Devices with f64 compute the candidates' float64 keys, which travel with the lists.
     if knn.description().contains("f64 re-ranking") {
         assert!(runs.iter().all(|s| s.rows_reranked_on_gpu > 0), "the GPU's float64 keys were not used");
     }
+}
+
+/// A graph handed over block by block, in order, is the graph returned whole.
+fn stream_in_blocks(knn: &Knn) {
+    let case = partitioned_cases().pop().expect("the duplicates case comes last");
+    let whole = knn.graph(case.corpus.view(), case.k, case.metric).unwrap();
+    let mut streamed = knng::Neighbors { queries: case.corpus.rows(), k: case.k, ..Default::default() };
+    let mut handed = 0;
+    knn.graph_streamed(case.corpus.view(), case.k, case.metric, &mut |rows| {
+        assert_eq!(rows.first * case.k, streamed.indices.len(), "rows handed over out of order");
+        assert!(!rows.indices.is_empty() && rows.indices.len() == rows.distances.len());
+        streamed.indices.extend_from_slice(rows.indices);
+        streamed.distances.extend_from_slice(rows.distances);
+        handed += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert!(handed > 1, "the graph came in one piece");
+    assert!(knn.last_run().rounds > 1, "no block of rows took a later round");
+    assert_eq!(streamed, whole);
 }
 
 #[test]

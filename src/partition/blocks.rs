@@ -18,8 +18,6 @@ pub(crate) enum Job {
     Diagonal(usize),
     /// S(I, J), I < J: the rows of I among those of J and the rows of J among those of I.
     Pair(usize, usize),
-    /// Later rounds: the rows still unproven, among the rows of block J.
-    Search(usize),
 }
 
 impl BlockPlan {
@@ -34,16 +32,11 @@ impl BlockPlan {
         b * self.rows..((b + 1) * self.rows).min(self.n)
     }
 
-    /// Every block with I <= J once, the pairs (which compute twice the keys of a diagonal
-    /// block) first so that workers finish close together.
+    /// Every block with I <= J once, by rows: S(I, I), then S(I, J) for J > I, so that the
+    /// rows of block I are complete once the jobs of row I are.
     pub fn graph_jobs(&self) -> Vec<Job> {
-        let pairs = (0..self.count).flat_map(|i| (i + 1..self.count).map(move |j| Job::Pair(i, j)));
-        pairs.chain((0..self.count).map(Job::Diagonal)).collect()
-    }
-
-    /// The jobs of a later round: the unproven rows against every block.
-    pub fn search_jobs(&self) -> Vec<Job> {
-        (0..self.count).map(Job::Search).collect()
+        let row = |i| std::iter::once(Job::Diagonal(i)).chain((i + 1..self.count).map(move |j| Job::Pair(i, j)));
+        (0..self.count).flat_map(row).collect()
     }
 }
 
@@ -63,7 +56,6 @@ mod tests {
                         assert!(i < j);
                         (i, j)
                     }
-                    Job::Search(_) => unreachable!(),
                 };
                 for x in plan.range(a) {
                     for y in plan.range(b) {

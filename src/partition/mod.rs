@@ -5,15 +5,19 @@
 //! A block's candidates are the `kc` best fp32 keys of its rows, computed with the whole
 //! data's centring shift, so that keys of different blocks compare; every key outside a
 //! row's merged list is at least the largest key inside it, which is what the certificate
-//! needs. Rows left unproven go to later rounds with four times the candidates, searched
-//! against every block.
+//! needs.
+//!
+//! Rows are finished block by block: once every block that holds the rows of block I has
+//! been merged, those rows are re-ranked, the ones left unproven are searched again against
+//! every block with four times the candidates (jobs that run before the remaining blocks),
+//! and block I's answers go to the caller's sink, in row order, and are dropped.
 
 mod blocks;
 pub(crate) mod checkpoint;
 mod lists;
 mod workers;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use rayon::prelude::*;
 
@@ -22,12 +26,12 @@ use blocks::Job;
 use checkpoint::Checkpoint;
 use lists::{Part, RowLists};
 
-use crate::data::{Matrix, MatrixRef, Neighbors};
+use crate::data::{Matrix, MatrixRef};
 use crate::engine::{CandidateJob, Engine};
 use crate::error::Result;
 use crate::metric::Metric;
-use crate::prepare;
-use crate::refine::{self, write_row, Query, NONE};
+use crate::prepare::{self, RowStats};
+use crate::refine::{self, write_row, Candidates, Query, Ranked, NONE};
 use crate::search::{initial_candidates, Progress, RunStats};
 
 /// A graph to build in blocks.
@@ -44,8 +48,13 @@ pub(crate) struct GraphTask<'a> {
     pub symmetric: Option<bool>,
 }
 
-/// Builds the graph of `task` on `engines`. With a checkpoint, blocks it holds are not
-/// computed again and every block computed is recorded in it.
+/// Receives finished rows in order: the first row's number, then `rows x k` indices and
+/// distances, which it may reorder in place.
+pub(crate) type RowSink<'s> = dyn FnMut(usize, &mut [u32], &mut [f32]) -> Result<()> + 's;
+
+/// Builds the graph of `task` on `engines`, handing its rows to `sink` as blocks of rows are
+/// finished. With a checkpoint, blocks it holds are not computed again and every block
+/// computed is recorded in it.
 pub(crate) fn graph(
     engines: &[&Engine],
     task: &GraphTask<'_>,
@@ -53,154 +62,307 @@ pub(crate) fn graph(
     progress: Option<&Progress>,
     resuming: &dyn Fn(usize, usize),
     stats: &mut RunStats,
-) -> Result<Neighbors> {
+    sink: &mut RowSink<'_>,
+) -> Result<()> {
     let started = std::time::Instant::now();
-    let GraphTask { data, k, metric, include_self, .. } = *task;
-    let (n, d) = (data.rows(), data.cols());
-    let available = if include_self { n } else { n - 1 };
-    let row_stats = prepare::row_stats(data, task.shift, metric);
-    let corpus_max = row_stats.max();
+    let row_stats = prepare::row_stats(task.data, task.shift, task.metric);
     stats.prepare_seconds += started.elapsed().as_secs_f64();
 
-    let (mut indices, mut distances) = (vec![0u32; n * k], vec![0f32; n * k]);
-    let mut pending: Vec<usize> = (0..n).collect();
-    let mut kc = initial_candidates(k);
-    while !pending.is_empty() {
-        stats.rounds += 1;
-        if stats.rounds == 2 {
-            stats.rows_widened = pending.len();
-        }
-        kc = kc.min(available).max(k);
-        let clock = std::time::Instant::now();
-        let cands = if stats.rounds == 1 {
-            first_round(engines, task, kc, checkpoint, progress, resuming, stats)?
-        } else {
-            later_round(engines, task, kc, &pending)?
-        };
-        stats.candidate_seconds += clock.elapsed().as_secs_f64();
-        if cands.exact.is_some() {
-            stats.rows_reranked_on_gpu += pending.len();
-        }
-
-        let clock = std::time::Instant::now();
-        let brute_forced = AtomicUsize::new(0);
-        let overflowed = AtomicUsize::new(0);
-        let mut slot_of = vec![NONE; n];
-        for (slot, &i) in pending.iter().enumerate() {
-            slot_of[i] = slot as u32;
-        }
-        pending = indices
-            .par_chunks_mut(k)
-            .zip(distances.par_chunks_mut(k))
-            .enumerate()
-            .filter(|(i, _)| slot_of[*i] != NONE)
-            .filter_map(|(i, (row_ids, row_dists))| {
-                let slot = slot_of[i] as usize;
-                let exclude = if include_self { NONE } else { i as u32 };
-                let q = Query { corpus: data, vector: data.row(i), metric, k, exclude };
-                if cands.incomplete[slot] {
-                    overflowed.fetch_add(1, Ordering::Relaxed);
-                    return Some(i);
-                }
-                let brute_force = || {
-                    brute_forced.fetch_add(1, Ordering::Relaxed);
-                    refine::brute_force(q)
-                };
-                let ranked = if cands.failed[slot] {
-                    brute_force()
-                } else {
-                    let range = slot * kc..(slot + 1) * kc;
-                    let bound = prepare::key_error_bound(metric, d, row_stats.scale[i], corpus_max);
-                    // A row not proven although its list covers every row: keys that
-                    // overflowed f32 (`key_error_bound`). The host answers it.
-                    let exact = cands.exact.as_ref().map(|e| &e[range.clone()]);
-                    match refine::refine(q, &cands.keys[range.clone()], &cands.ids[range], exact, available, bound) {
-                        Some(ranked) => ranked,
-                        None if kc >= available => brute_force(),
-                        None => return Some(i),
-                    }
-                };
-                write_row(metric, ranked.into_iter(), row_ids, row_dists);
-                None
-            })
-            .collect();
-        stats.rows_brute_forced += brute_forced.into_inner();
-        stats.rows_overflowed += overflowed.into_inner();
-        stats.refine_seconds += clock.elapsed().as_secs_f64();
-        kc = kc.saturating_mul(4);
-    }
-    Ok(Neighbors { indices, distances, queries: n, k })
-}
-
-/// Every block with I <= J, merged into each row's list of `kc`.
-fn first_round(
-    engines: &[&Engine],
-    task: &GraphTask<'_>,
-    kc: usize,
-    checkpoint: Option<&Checkpoint>,
-    progress: Option<&Progress>,
-    resuming: &dyn Fn(usize, usize),
-    stats: &mut RunStats,
-) -> Result<crate::refine::Candidates> {
-    let n = task.data.rows();
     let jobs = task.plan.graph_jobs();
-    let mut lists = RowLists::new(n, kc);
-    let mut todo: Vec<usize> = (0..jobs.len()).collect();
+    let kc = initial_candidates(task.k).min(task.available()).max(task.k);
+    let mut run = Run::new(task, &row_stats, kc, jobs.len());
+    let mut todo: Vec<Job> = jobs.clone();
     if let Some(c) = checkpoint {
         let done = c.finished(&jobs, kc)?;
         stats.blocks_resumed = done.len();
         for (job, parts) in done {
-            parts.iter().for_each(|p| lists.merge(p));
-            todo.retain(|&j| j != job);
+            run.block_done(jobs[job], parts);
+            todo.retain(|&j| j != jobs[job]);
         }
     }
     stats.blocks = jobs.len();
-    let total = jobs.len();
-    resuming(total, stats.blocks_resumed);
-    let mut finished = total - todo.len();
-    let report = |finished: usize| {
+    resuming(jobs.len(), stats.blocks_resumed);
+    run.report(progress);
+    run.emit(sink)?;
+    let mut work: Vec<Work> = std::mem::take(&mut run.new_work);
+    work.extend(todo.into_iter().map(Work::Block));
+
+    let execute = |engine: &Engine, work: &Work| match work {
+        Work::Block(job) => block_lists(engine, task, kc, *job),
+        Work::Search { batch, against } => search_lists(engine, task, batch, *against),
+    };
+    workers::run_jobs(engines, work, &execute, |work, parts: Vec<Part>, more| {
+        match work {
+            Work::Block(job) => {
+                if let Some(c) = checkpoint {
+                    c.record(job, kc, &parts)?;
+                }
+                run.block_done(job, parts);
+            }
+            Work::Search { batch, .. } => run.search_done(&batch, parts),
+        }
+        more.append(&mut run.new_work);
+        run.report(progress);
+        run.emit(sink)
+    })?;
+    assert_eq!(run.next_to_emit, task.plan.count, "every block of rows is finished once its jobs are");
+    let counted = run.stats;
+    stats.rounds = counted.rounds;
+    stats.rows_widened = counted.rows_widened;
+    stats.rows_brute_forced = counted.rows_brute_forced;
+    stats.rows_overflowed = counted.rows_overflowed;
+    stats.rows_reranked_on_gpu = counted.rows_reranked_on_gpu;
+    stats.refine_seconds = counted.refine_seconds;
+    stats.candidate_seconds = started.elapsed().as_secs_f64() - stats.prepare_seconds - stats.refine_seconds;
+    Ok(())
+}
+
+impl GraphTask<'_> {
+    /// The rows each row may list.
+    fn available(&self) -> usize {
+        self.data.rows() - usize::from(!self.include_self)
+    }
+}
+
+/// A unit of work for a worker.
+enum Work {
+    /// A block of the first round.
+    Block(Job),
+    /// Unproven rows of one block of rows, searched among the rows of block `against`.
+    Search { batch: Arc<Batch>, against: usize },
+}
+
+/// Rows of one block of rows searched again with more candidates.
+struct Batch {
+    block: usize,
+    /// The rows, in the whole data.
+    rows: Vec<usize>,
+    /// Their vectors.
+    queries: Matrix,
+    kc: usize,
+}
+
+/// What is known of one block of rows.
+#[derive(Default)]
+struct RowBlock {
+    /// First-round jobs holding these rows that have not been merged yet.
+    jobs_left: usize,
+    /// The first round's merged lists, until it is complete.
+    lists: Option<RowLists>,
+    /// The rows' answers (`rows x k`), once the first round is complete.
+    answers: Option<(Vec<u32>, Vec<f32>)>,
+    /// A later round in flight: its lists, jobs left, and round number.
+    search: Option<(RowLists, usize, usize)>,
+    /// Every row proven and answered.
+    done: bool,
+}
+
+/// The state of a partitioned graph between blocks.
+struct Run<'a> {
+    task: &'a GraphTask<'a>,
+    row_stats: &'a RowStats,
+    corpus_max: f64,
+    kc: usize,
+    blocks: Vec<RowBlock>,
+    jobs_total: usize,
+    jobs_done: usize,
+    /// Jobs the last step created, for the workers.
+    new_work: Vec<Work>,
+    next_to_emit: usize,
+    stats: RunStats,
+}
+
+impl<'a> Run<'a> {
+    fn new(task: &'a GraphTask<'a>, row_stats: &'a RowStats, kc: usize, jobs_total: usize) -> Self {
+        let count = task.plan.count;
+        // Every block of rows is held by its diagonal block and by a pair with each other.
+        let blocks = (0..count).map(|_| RowBlock { jobs_left: count, ..RowBlock::default() }).collect();
+        let corpus_max = row_stats.max();
+        let stats = RunStats { rounds: 1, ..RunStats::default() };
+        Run {
+            task,
+            row_stats,
+            corpus_max,
+            kc,
+            blocks,
+            jobs_total,
+            jobs_done: 0,
+            new_work: Vec::new(),
+            next_to_emit: 0,
+            stats,
+        }
+    }
+
+    /// Merges the lists of a first-round block, and finishes the blocks of rows it completes.
+    fn block_done(&mut self, job: Job, parts: Vec<Part>) {
+        let plan = self.task.plan;
+        for mut part in parts {
+            let b = part.first / plan.rows;
+            part.first -= plan.range(b).start;
+            let rows = plan.range(b).len();
+            self.blocks[b].lists.get_or_insert_with(|| RowLists::new(rows, self.kc)).merge(&part);
+        }
+        let touched = match job {
+            Job::Diagonal(b) => vec![b],
+            Job::Pair(i, j) => vec![i, j],
+        };
+        for b in touched {
+            self.blocks[b].jobs_left -= 1;
+            if self.blocks[b].jobs_left == 0 {
+                self.first_round_done(b);
+            }
+        }
+        self.jobs_done += 1;
+    }
+
+    fn first_round_done(&mut self, b: usize) {
+        let range = self.task.plan.range(b);
+        let k = self.task.k;
+        let lists = self.blocks[b].lists.take().expect("every block of rows has a diagonal block");
+        let mut answers = (vec![0u32; range.len() * k], vec![0f32; range.len() * k]);
+        let rows: Vec<usize> = range.clone().collect();
+        let pending = self.finish_rows(&rows, &lists.into_candidates(), range.start, &mut answers);
+        self.blocks[b].answers = Some(answers);
+        self.next_round(b, pending, self.kc, 1);
+    }
+
+    /// Merges the lists of a later round's job, and finishes its rows once every block is in.
+    fn search_done(&mut self, batch: &Batch, parts: Vec<Part>) {
+        let b = batch.block;
+        let (lists, left, round) = self.blocks[b].search.as_mut().expect("a search runs for this block");
+        parts.iter().for_each(|p| lists.merge(p));
+        *left -= 1;
+        if *left > 0 {
+            return;
+        }
+        let round = *round;
+        let (lists, _, _) = self.blocks[b].search.take().expect("checked above");
+        let first = self.task.plan.range(b).start;
+        let mut answers = self.blocks[b].answers.take().expect("a later round follows the first");
+        let pending = self.finish_rows(&batch.rows, &lists.into_candidates(), first, &mut answers);
+        self.blocks[b].answers = Some(answers);
+        self.next_round(b, pending, batch.kc, round);
+    }
+
+    /// Queues the rows of block `b` left unproven after round `round` (lists of `kc`) for a
+    /// search with four times the candidates, or marks the block done.
+    fn next_round(&mut self, b: usize, pending: Vec<usize>, kc: usize, round: usize) {
+        if pending.is_empty() {
+            self.blocks[b].done = true;
+            return;
+        }
+        if round == 1 {
+            self.stats.rows_widened += pending.len();
+        }
+        self.stats.rounds = self.stats.rounds.max(round + 1);
+        let kc = kc.saturating_mul(4).min(self.task.available()).max(self.task.k);
+        let d = self.task.data.cols();
+        let mut vectors = Vec::with_capacity(pending.len() * d);
+        pending.iter().for_each(|&i| vectors.extend_from_slice(self.task.data.row(i)));
+        let queries = Matrix::new(vectors, pending.len(), d).expect("gathered rows have the right length");
+        let count = self.task.plan.count;
+        self.blocks[b].search = Some((RowLists::new(pending.len(), kc), count, round + 1));
+        let batch = Arc::new(Batch { block: b, rows: pending, queries, kc });
+        self.new_work.extend((0..count).map(|against| Work::Search { batch: batch.clone(), against }));
+    }
+
+    /// Re-ranks `rows` (slot s of `cands` holds the candidates of `rows[s]`) exactly and
+    /// writes the answers of those proven into `answers`, the rows of a block starting at
+    /// `first`; returns the rows left unproven.
+    fn finish_rows(
+        &mut self,
+        rows: &[usize],
+        cands: &Candidates,
+        first: usize,
+        answers: &mut (Vec<u32>, Vec<f32>),
+    ) -> Vec<usize> {
+        let clock = std::time::Instant::now();
+        let GraphTask { data, k, metric, include_self, .. } = *self.task;
+        let (d, kc, available) = (data.cols(), cands.kc, self.task.available());
+        if cands.exact.is_some() {
+            self.stats.rows_reranked_on_gpu += rows.len();
+        }
+        let outcomes: Vec<Outcome> = rows
+            .par_iter()
+            .enumerate()
+            .map(|(slot, &i)| {
+                let exclude = if include_self { NONE } else { i as u32 };
+                let q = Query { corpus: data, vector: data.row(i), metric, k, exclude };
+                if cands.incomplete[slot] {
+                    return Outcome::Overflowed;
+                }
+                if cands.failed[slot] {
+                    return Outcome::BruteForced(refine::brute_force(q));
+                }
+                let range = slot * kc..(slot + 1) * kc;
+                let bound = prepare::key_error_bound(metric, d, self.row_stats.scale[i], self.corpus_max);
+                // A row not proven although its list covers every row: keys that overflowed
+                // f32 (`key_error_bound`). The host answers it.
+                let exact = cands.exact.as_ref().map(|e| &e[range.clone()]);
+                match refine::refine(q, &cands.keys[range.clone()], &cands.ids[range], exact, available, bound) {
+                    Some(ranked) => Outcome::Proven(ranked),
+                    None if kc >= available => Outcome::BruteForced(refine::brute_force(q)),
+                    None => Outcome::Unproven,
+                }
+            })
+            .collect();
+        let mut pending = Vec::new();
+        for (&i, outcome) in rows.iter().zip(outcomes) {
+            let at = (i - first) * k..(i - first + 1) * k;
+            let ranked = match outcome {
+                Outcome::Proven(ranked) => ranked,
+                Outcome::BruteForced(ranked) => {
+                    self.stats.rows_brute_forced += 1;
+                    ranked
+                }
+                Outcome::Overflowed => {
+                    self.stats.rows_overflowed += 1;
+                    pending.push(i);
+                    continue;
+                }
+                Outcome::Unproven => {
+                    pending.push(i);
+                    continue;
+                }
+            };
+            write_row(metric, ranked.into_iter(), &mut answers.0[at.clone()], &mut answers.1[at]);
+        }
+        self.stats.refine_seconds += clock.elapsed().as_secs_f64();
+        pending
+    }
+
+    /// Hands the finished blocks of rows that come next in order to `sink`, and drops them.
+    fn emit(&mut self, sink: &mut RowSink<'_>) -> Result<()> {
+        while self.blocks.get(self.next_to_emit).is_some_and(|b| b.done) {
+            let b = self.next_to_emit;
+            let (mut indices, mut distances) = self.blocks[b].answers.take().expect("a finished block has answers");
+            sink(self.task.plan.range(b).start, &mut indices, &mut distances)?;
+            self.next_to_emit += 1;
+        }
+        Ok(())
+    }
+
+    fn report(&self, progress: Option<&Progress>) {
         // Rows are final only once every block is merged and re-ranked: the blocks count for
         // 90% of the rows, like a symmetric sweep's.
         if let Some(p) = progress {
-            p((n as u64 * 9 * finished as u64) / (10 * total as u64), n as u64);
+            let n = self.task.data.rows() as u64;
+            p((n * 9 * self.jobs_done as u64) / (10 * self.jobs_total.max(1) as u64), n);
         }
-    };
-    report(finished);
-    let todo_jobs: Vec<Job> = todo.iter().map(|&j| jobs[j]).collect();
-    let execute = |engine: &Engine, job: Job| block_lists(engine, task, kc, job);
-    workers::run_jobs(engines, &todo_jobs, &execute, |i, parts: Vec<Part>| {
-        if let Some(c) = checkpoint {
-            c.record(todo_jobs[i], kc, &parts)?;
-        }
-        parts.iter().for_each(|p| lists.merge(p));
-        finished += 1;
-        report(finished);
-        Ok(())
-    })?;
-    Ok(lists.into_candidates())
+    }
 }
 
-/// The rows of `pending` against every block, merged into lists of `kc` (slots in the
-/// order of `pending`).
-fn later_round(
-    engines: &[&Engine],
-    task: &GraphTask<'_>,
-    kc: usize,
-    pending: &[usize],
-) -> Result<crate::refine::Candidates> {
-    let d = task.data.cols();
-    let mut rows = Vec::with_capacity(pending.len() * d);
-    pending.iter().for_each(|&i| rows.extend_from_slice(task.data.row(i)));
-    let queries = Matrix::new(rows, pending.len(), d)?;
-    let mut lists = RowLists::new(pending.len(), kc);
-    let execute = |engine: &Engine, job: Job| search_lists(engine, task, kc, job, queries.view(), pending);
-    workers::run_jobs(engines, &task.plan.search_jobs(), &execute, |_, parts: Vec<Part>| {
-        parts.iter().for_each(|p| lists.merge(p));
-        Ok(())
-    })?;
-    Ok(lists.into_candidates())
+/// What the exact finish made of one row's candidates.
+enum Outcome {
+    Proven(Ranked),
+    /// Answered by the float64 brute force (the backend failed the row, or its list held every
+    /// row and still proved nothing).
+    BruteForced(Ranked),
+    /// Its list may have missed keys: searched again.
+    Overflowed,
+    /// The certificate failed: searched again with more candidates.
+    Unproven,
 }
-
 /// A first-round job's lists: the rows of I among J and, off the diagonal, those of J among I.
 fn block_lists(engine: &Engine, task: &GraphTask<'_>, kc: usize, job: Job) -> Result<Vec<Part>> {
     let plan = task.plan;
@@ -224,43 +386,19 @@ fn block_lists(engine: &Engine, task: &GraphTask<'_>, kc: usize, job: Job) -> Re
                 Part::from_candidates(first_j, of_j, first_i).padded(kc),
             ])
         }
-        Job::Search(_) => unreachable!("search jobs belong to later rounds"),
     }
 }
 
-/// A later round's job: the unproven rows among block J, in two calls so that every row of
-/// one call has the same number of rows to choose from (the unproven rows inside J may not
-/// list themselves).
-fn search_lists(
-    engine: &Engine,
-    task: &GraphTask<'_>,
-    kc: usize,
-    job: Job,
-    queries: MatrixRef<'_>,
-    pending: &[usize],
-) -> Result<Vec<Part>> {
-    let Job::Search(b) = job else { unreachable!("first-round jobs belong to the first round") };
-    let range = task.plan.range(b);
+/// A later round's job: the unproven rows of one block of rows among the rows of block
+/// `against`, which they may not list themselves from.
+fn search_lists(engine: &Engine, task: &GraphTask<'_>, batch: &Batch, against: usize) -> Result<Vec<Part>> {
+    let range = task.plan.range(against);
     let block = task.data.slice_rows(range.clone());
-    let inside = |i: usize| !task.include_self && range.contains(&i);
-    let mut parts = Vec::new();
-    for within in [false, true] {
-        let slots: Vec<usize> = (0..pending.len()).filter(|&s| inside(pending[s]) == within).collect();
-        if slots.is_empty() {
-            continue;
-        }
-        let d = queries.cols();
-        let mut rows = Vec::with_capacity(slots.len() * d);
-        slots.iter().for_each(|&s| rows.extend_from_slice(queries.row(s)));
-        let sub = Matrix::new(rows, slots.len(), d)?;
-        let exclude: Vec<u32> =
-            slots.iter().map(|&s| if within { (pending[s] - range.start) as u32 } else { NONE }).collect();
-        let available = block.rows() - usize::from(within);
-        let mut part = lists_of(engine, task, kc, block, sub.view(), false, &exclude, available, 0, range.start)?;
-        part.slots = Some(slots.iter().map(|&s| s as u32).collect());
-        parts.push(part);
-    }
-    Ok(parts)
+    let within = !task.include_self && against == batch.block;
+    let exclude: Vec<u32> = batch.rows.iter().map(|&i| if within { (i - range.start) as u32 } else { NONE }).collect();
+    let available = block.rows() - usize::from(within);
+    let queries = batch.queries.view();
+    Ok(vec![lists_of(engine, task, batch.kc, block, queries, false, &exclude, available, 0, range.start)?])
 }
 
 /// The lists of `queries` among `corpus`, padded to `kc`: each call asks for at most the
