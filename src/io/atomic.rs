@@ -1,13 +1,14 @@
 //! Outputs appear whole or not at all: each is written to a partial file beside its
 //! destination and renamed over it once complete (a rename within one directory is atomic).
 //!
-//! Partial files are named `NAME.knng-partial-PID`, so that a user who sees one knows what it
-//! is. They are removed when a write fails, by [`remove_partial_outputs`] (which the CLI calls
-//! on SIGINT and SIGTERM), and, if a process died without either, by the next write to the
-//! same directory.
+//! Partial files are named `NAME.knng-partial-PID` (a scratch file that holds part of an
+//! output until it is copied in, `NAME.PART.knng-partial-PID`), so that a user who sees one
+//! knows what it is. They are removed when a write fails or is dropped unfinished, by
+//! [`remove_partial_outputs`] (which the CLI calls on SIGINT and SIGTERM), and, if a process
+//! died without either, by the next write to the same directory.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufReader, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -37,23 +38,26 @@ struct Temp {
 
 impl Temp {
     fn create(dest: &Path) -> Result<(Temp, Sink)> {
+        Temp::create_part(dest, "")
+    }
+
+    /// Creates `NAME{part}.knng-partial-PID`; `part` tells apart several partial files of
+    /// one output.
+    fn create_part(dest: &Path, part: &str) -> Result<(Temp, Sink)> {
         let dir = directory_of(dest);
         remove_stale_partials(&dir);
         let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let path = dir.join(format!("{name}{PARTIAL}{}", std::process::id()));
+        let path = dir.join(format!("{name}{part}{PARTIAL}{}", std::process::id()));
         let mut registry = OPEN_PARTIALS.lock().unwrap_or_else(|e| e.into_inner());
+        // Readable too, for scratch files that are copied into the output at the end.
         let file = OpenOptions::new()
+            .read(true)
             .write(true)
             .create_new(true)
             .open(&path)
             .map_err(|e| Error::file(dest, format!("cannot create the output file: {e}")))?;
         registry.push(path.clone());
         Ok((Temp { path, kept: false }, BufWriter::with_capacity(1 << 20, file)))
-    }
-
-    fn finish(&self, sink: Sink, dest: &Path) -> Result<()> {
-        let file = sink.into_inner().map_err(|e| Error::io(dest, e.into_error()))?;
-        file.sync_all().map_err(|e| Error::io(dest, e))
     }
 
     fn persist(mut self, dest: &Path) -> Result<()> {
@@ -99,29 +103,71 @@ fn directory_of(path: &Path) -> PathBuf {
 
 /// Writes `dest` through `fill`; on any error nothing is left behind.
 pub(crate) fn write(dest: &Path, fill: impl FnOnce(&mut Sink) -> io::Result<()>) -> Result<()> {
-    let (temp, mut sink) = Temp::create(dest)?;
-    fill(&mut sink).map_err(|e| Error::io(dest, e))?;
-    temp.finish(sink, dest)?;
-    temp.persist(dest)
+    let mut out = Partial::create(dest)?;
+    out.fill(fill)?;
+    out.persist()
 }
 
-/// Writes two files that belong together: both are complete before either is moved in.
-pub(crate) fn write_pair(
-    first: &Path,
-    fill_first: impl FnOnce(&mut Sink) -> io::Result<()>,
-    second: &Path,
-    fill_second: impl FnOnce(&mut Sink) -> io::Result<()>,
-) -> Result<()> {
-    let (temp1, mut sink1) = Temp::create(first)?;
-    fill_first(&mut sink1).map_err(|e| Error::io(first, e))?;
-    temp1.finish(sink1, first)?;
-    let (temp2, mut sink2) = Temp::create(second)?;
-    fill_second(&mut sink2).map_err(|e| Error::io(second, e))?;
-    temp2.finish(sink2, second)?;
-    temp2.persist(second)?;
-    temp1.persist(first).inspect_err(|_| {
+/// An output file being written row by row: a partial file beside `dest`, deleted when
+/// dropped unless [`Partial::persist`] moved it into place. Its I/O errors name `dest`.
+pub(crate) struct Partial {
+    // Declared before `temp` so that the file is closed before it is removed.
+    sink: Sink,
+    temp: Temp,
+    dest: PathBuf,
+}
+
+impl Partial {
+    pub(crate) fn create(dest: &Path) -> Result<Partial> {
+        let (temp, sink) = Temp::create(dest)?;
+        Ok(Partial { sink, temp, dest: dest.to_path_buf() })
+    }
+
+    /// A scratch file that holds part of `dest` until it is copied in (see
+    /// [`Partial::read_back`]), named `NAME.PART.knng-partial-PID`; it is never moved into
+    /// place.
+    pub(crate) fn scratch(dest: &Path, part: &str) -> Result<Partial> {
+        let (temp, sink) = Temp::create_part(dest, &format!(".{part}"))?;
+        Ok(Partial { sink, temp, dest: dest.to_path_buf() })
+    }
+
+    pub(crate) fn sink(&mut self) -> &mut Sink {
+        &mut self.sink
+    }
+
+    /// Writes through `fill`, naming `dest` in an error.
+    pub(crate) fn fill(&mut self, fill: impl FnOnce(&mut Sink) -> io::Result<()>) -> Result<()> {
+        fill(&mut self.sink).map_err(|e| Error::io(&self.dest, e))
+    }
+
+    /// Everything written so far, read from the start.
+    pub(crate) fn read_back(&mut self) -> Result<BufReader<&File>> {
+        self.sink.flush().map_err(|e| Error::io(&self.dest, e))?;
+        let mut file = self.sink.get_ref();
+        file.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&self.dest, e))?;
+        Ok(BufReader::with_capacity(1 << 20, file))
+    }
+
+    /// Syncs the file, then moves it into place.
+    pub(crate) fn persist(mut self) -> Result<()> {
+        self.sync()?;
+        self.temp.persist(&self.dest)
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        self.sink.flush().map_err(|e| Error::io(&self.dest, e))?;
+        self.sink.get_ref().sync_all().map_err(|e| Error::io(&self.dest, e))
+    }
+}
+
+/// Moves two files that belong together into place: both are synced before either is moved.
+pub(crate) fn persist_pair(mut first: Partial, mut second: Partial) -> Result<()> {
+    first.sync()?;
+    second.sync()?;
+    second.temp.persist(&second.dest)?;
+    first.temp.persist(&first.dest).inspect_err(|_| {
         // Half a pair would be read as a complete result.
-        let _ = fs::remove_file(second);
+        let _ = fs::remove_file(&second.dest);
     })
 }
 
@@ -173,6 +219,24 @@ mod tests {
         remove_partial_outputs();
         assert!(!expected.exists());
         drop(temp);
+    }
+
+    #[test]
+    fn scratch_files_are_named_registered_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("g.npz");
+        let mut scratch = Partial::scratch(&dest, "distances").unwrap();
+        let expected = dir.path().join(format!("g.npz.distances.knng-partial-{}", std::process::id()));
+        assert_eq!(scratch.temp.path, expected);
+        assert!(OPEN_PARTIALS.lock().unwrap().contains(&expected));
+        scratch.fill(|w| w.write_all(b"first ")).unwrap();
+        scratch.fill(|w| w.write_all(b"second")).unwrap();
+        let mut back = String::new();
+        io::Read::read_to_string(&mut scratch.read_back().unwrap(), &mut back).unwrap();
+        assert_eq!(back, "first second");
+        drop(scratch);
+        assert!(!expected.exists());
+        assert!(!OPEN_PARTIALS.lock().unwrap().contains(&expected));
     }
 
     #[test]

@@ -14,10 +14,11 @@
 //! allocation is the returned [`Matrix`]. [`MatrixFile`] reads a range of rows at a time for
 //! callers that stream blocks instead of holding the whole file.
 //!
-//! Outputs ([`write_neighbors`]) are chosen by extension too: `.npz`, `.ivecs` (with a `.fvecs`
-//! of distances beside it), `.csv` edge list, `.mtx` Matrix Market. Every output is written to
-//! a temporary file in the destination directory and renamed into place only when complete,
-//! so a failed run leaves no partial file behind.
+//! Outputs ([`write_neighbors`], or [`NeighborWriter`] a block of rows at a time) are chosen
+//! by extension too: `.npz`, `.ivecs` (with a `.fvecs` of distances beside it), `.csv` edge
+//! list, `.mtx` Matrix Market. Every output is written to a temporary file in the destination
+//! directory and renamed into place only when complete, so a failed run leaves no partial
+//! file behind.
 
 mod atomic;
 mod binary;
@@ -350,9 +351,9 @@ pub fn check_output_path(path: &Path) -> Result<()> {
 /// - `.mtx`: Matrix Market `coordinate real general`, 1-based, `queries x n_cols`, the
 ///   distance as the value (readable by `scipy.io.mmread`).
 ///
-/// Nothing appears at `path` unless the whole output was written.
+/// Nothing appears at `path` unless the whole output was written. [`NeighborWriter`] writes
+/// the same files a block of rows at a time.
 pub fn write_neighbors(path: &Path, nb: &Neighbors, n_cols: usize) -> Result<()> {
-    let format = OutputFormat::of(path)?;
     let expected = nb.queries.checked_mul(nb.k);
     if expected != Some(nb.indices.len()) || expected != Some(nb.distances.len()) {
         return Err(Error::arg(
@@ -366,25 +367,154 @@ pub fn write_neighbors(path: &Path, nb: &Neighbors, n_cols: usize) -> Result<()>
             ),
         ));
     }
-    if nb.k == 0 {
-        return Err(Error::arg("k", "there are no neighbours to write (k = 0)"));
-    }
-    if let Some(&bad) = nb.indices.iter().find(|&&i| i as usize >= n_cols) {
-        return Err(Error::arg("neighbors", format!("index {bad} is not below the corpus size {n_cols}")));
-    }
-    match format {
-        OutputFormat::Npz => atomic::write(path, |w| npz::write_neighbors(w, nb)),
-        OutputFormat::Ivecs => {
-            let dist_path = distances_path(path);
-            atomic::write_pair(
-                path,
-                |w| vecs::write_rows(w, &nb.indices, nb.k, |v| (v as i32).to_le_bytes()),
-                &dist_path,
-                |w| vecs::write_rows(w, &nb.distances, nb.k, |v| v.to_le_bytes()),
-            )
+    let mut writer = NeighborWriter::create(path, nb.queries, nb.k, n_cols)?;
+    writer.write_rows(&nb.indices, &nb.distances)?;
+    writer.finish()
+}
+
+/// Writes neighbour lists row by row, in the format of the path's extension (the formats of
+/// [`write_neighbors`]), so that a graph larger than memory can be saved as its rows are
+/// found. Memory use does not grow with the number of rows.
+///
+/// Nothing appears at the path until [`finish`](NeighborWriter::finish); dropped unfinished
+/// (after an error, or a panic), it leaves nothing behind. An `.npz` keeps its distances in a
+/// scratch file beside the output until `finish`, so it needs their size again in free disk
+/// space.
+pub struct NeighborWriter {
+    path: PathBuf,
+    queries: usize,
+    k: usize,
+    n_cols: usize,
+    /// Rows written so far.
+    rows: usize,
+    /// A write failed part way, so the files no longer end on a whole row.
+    failed: bool,
+    out: Output,
+}
+
+enum Output {
+    Npz(Box<npz::Writer>),
+    Ivecs { indices: atomic::Partial, distances: atomic::Partial },
+    Csv(atomic::Partial),
+    Mtx(atomic::Partial),
+}
+
+impl NeighborWriter {
+    /// Starts an output of `queries` rows of `k` neighbours each; `n_cols` is the number of
+    /// corpus rows (every index must be below it; the column count of `.mtx`).
+    pub fn create(path: &Path, queries: usize, k: usize, n_cols: usize) -> Result<NeighborWriter> {
+        let format = OutputFormat::of(path)?;
+        if k == 0 {
+            return Err(Error::arg("k", "there are no neighbours to write (k = 0)"));
         }
-        OutputFormat::Csv => atomic::write(path, |w| text::write_edges(w, nb)),
-        OutputFormat::Mtx => atomic::write(path, |w| mtx::write(w, nb, n_cols)),
+        if queries.checked_mul(k).is_none() {
+            return Err(Error::arg(
+                "neighbors",
+                format!("{queries} queries x {k} neighbours overflow the entry count"),
+            ));
+        }
+        let out = match format {
+            OutputFormat::Npz => Output::Npz(Box::new(npz::Writer::create(path, queries, k)?)),
+            OutputFormat::Ivecs => {
+                if i32::try_from(k).is_err() {
+                    return Err(Error::arg("k", format!("k = {k} does not fit the i32 dimension of a .ivecs file")));
+                }
+                let indices = atomic::Partial::create(path)?;
+                let distances = atomic::Partial::create(&distances_path(path))?;
+                Output::Ivecs { indices, distances }
+            }
+            OutputFormat::Csv => {
+                let mut file = atomic::Partial::create(path)?;
+                file.fill(text::write_edges_header)?;
+                Output::Csv(file)
+            }
+            OutputFormat::Mtx => {
+                let mut file = atomic::Partial::create(path)?;
+                file.fill(|w| mtx::write_header(w, queries, k, n_cols))?;
+                Output::Mtx(file)
+            }
+        };
+        Ok(NeighborWriter { path: path.to_path_buf(), queries, k, n_cols, rows: 0, failed: false, out })
+    }
+
+    /// Appends the next whole rows: `indices` and `distances` are `rows x k`, row-major,
+    /// nearest first, and follow the rows written before. A block that is refused (a bad
+    /// index, too many rows, a length that is not whole rows) writes nothing.
+    pub fn write_rows(&mut self, indices: &[u32], distances: &[f32]) -> Result<()> {
+        self.check_rows(indices, distances)?;
+        let (first_row, k) = (self.rows, self.k);
+        // Stays set if a write below fails part way.
+        self.failed = true;
+        match &mut self.out {
+            Output::Npz(npz) => npz.write_rows(indices, distances)?,
+            Output::Ivecs { indices: ivecs, distances: fvecs } => {
+                ivecs.fill(|w| vecs::write_rows(w, indices, k, |v| (v as i32).to_le_bytes()))?;
+                fvecs.fill(|w| vecs::write_rows(w, distances, k, f32::to_le_bytes))?;
+            }
+            Output::Csv(file) => file.fill(|w| text::write_edges(w, first_row, indices, distances, k))?,
+            Output::Mtx(file) => file.fill(|w| mtx::write_entries(w, first_row, indices, distances, k))?,
+        }
+        self.failed = false;
+        self.rows += indices.len() / k;
+        Ok(())
+    }
+
+    fn check_rows(&self, indices: &[u32], distances: &[f32]) -> Result<()> {
+        if self.failed {
+            return Err(self.failed_earlier());
+        }
+        if indices.len() != distances.len() || !indices.len().is_multiple_of(self.k) {
+            return Err(Error::arg(
+                "neighbors",
+                format!(
+                    "{} indices and {} distances are not the same number of whole rows of k = {}",
+                    indices.len(),
+                    distances.len(),
+                    self.k
+                ),
+            ));
+        }
+        let rows = indices.len() / self.k;
+        if rows > self.queries - self.rows {
+            return Err(Error::arg(
+                "neighbors",
+                format!("{rows} more rows after {} would exceed the {} queries", self.rows, self.queries),
+            ));
+        }
+        if let Some(at) = indices.iter().position(|&i| i as usize >= self.n_cols) {
+            return Err(Error::arg(
+                "neighbors",
+                format!(
+                    "row {}: index {} is not below the corpus size {}",
+                    self.rows + at / self.k,
+                    indices[at],
+                    self.n_cols
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks that all rows came, syncs the files to disk and moves every one into place.
+    pub fn finish(self) -> Result<()> {
+        if self.failed {
+            return Err(self.failed_earlier());
+        }
+        if self.rows != self.queries {
+            return Err(Error::file(
+                &self.path,
+                format!("{} of {} rows were written; nothing was saved", self.rows, self.queries),
+            ));
+        }
+        match self.out {
+            Output::Npz(npz) => npz.finish(),
+            Output::Ivecs { indices, distances } => atomic::persist_pair(indices, distances),
+            Output::Csv(file) | Output::Mtx(file) => file.persist(),
+        }
+    }
+
+    fn failed_earlier(&self) -> Error {
+        Error::file(&self.path, "an earlier write failed, so the output is incomplete")
     }
 }
 
@@ -608,5 +738,145 @@ mod tests {
         let msg = message(write_neighbors(&p, &nb, 4).unwrap_err());
         assert!(msg.contains("corpus size 4"), "{msg}");
         assert!(!p.exists());
+    }
+
+    const OUTPUTS: [&str; 4] = ["g.npz", "g.ivecs", "g.csv", "g.mtx"];
+
+    /// File names in `dir`, sorted.
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<_> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    }
+
+    /// `bytes` with the modification times of a zip's entries zeroed: each entry is stamped
+    /// with the time it was started, which two writes a moment apart need not share.
+    fn without_zip_times(bytes: &[u8]) -> Vec<u8> {
+        let mut out = bytes.to_vec();
+        for at in 0..bytes.len().saturating_sub(16) {
+            match &bytes[at..at + 4] {
+                b"PK\x03\x04" => out[at + 10..at + 14].fill(0),
+                b"PK\x01\x02" => out[at + 12..at + 16].fill(0),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Writes `nb` through a [`NeighborWriter`] in blocks of `chunks` rows.
+    fn write_in_chunks(path: &Path, nb: &Neighbors, n_cols: usize, chunks: &[usize]) -> Result<()> {
+        let mut writer = NeighborWriter::create(path, nb.queries, nb.k, n_cols)?;
+        let mut row = 0;
+        for &rows in chunks {
+            let span = row * nb.k..(row + rows) * nb.k;
+            writer.write_rows(&nb.indices[span.clone()], &nb.distances[span])?;
+            row += rows;
+        }
+        writer.finish()
+    }
+
+    #[test]
+    fn rows_written_in_chunks_give_the_same_files() {
+        let nb = sample_neighbors();
+        for name in OUTPUTS {
+            let whole = tempfile::tempdir().unwrap();
+            let chunked = tempfile::tempdir().unwrap();
+            write_neighbors(&whole.path().join(name), &nb, 5).unwrap();
+            write_in_chunks(&chunked.path().join(name), &nb, 5, &[1, 0, 2, 1]).unwrap();
+            let files = listing(whole.path());
+            assert_eq!(files, listing(chunked.path()), "{name}");
+            assert_eq!(files.len(), output_files(Path::new(name)).len(), "{name}: {files:?}");
+            for file in files {
+                let a = std::fs::read(whole.path().join(&file)).unwrap();
+                let b = std::fs::read(chunked.path().join(&file)).unwrap();
+                assert_eq!(without_zip_times(&a), without_zip_times(&b), "{file}");
+            }
+        }
+    }
+
+    #[test]
+    fn unfinished_writers_leave_nothing() {
+        let nb = sample_neighbors();
+        for name in OUTPUTS {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(name);
+            let mut writer = NeighborWriter::create(&path, 4, 3, 5).unwrap();
+            writer.write_rows(&nb.indices[..6], &nb.distances[..6]).unwrap();
+            let names = listing(dir.path());
+            assert!(!names.is_empty() && names.iter().all(|n| n.contains(".knng-partial-")), "{names:?}");
+            drop(writer);
+            assert_eq!(listing(dir.path()), Vec::<String>::new(), "{name}");
+
+            // Unwinding from a panic drops the writer too.
+            let unwound = std::panic::catch_unwind(|| {
+                let mut writer = NeighborWriter::create(&path, 4, 3, 5).unwrap();
+                writer.write_rows(&nb.indices[..3], &nb.distances[..3]).unwrap();
+                panic!("a search failed while {name} was being written");
+            });
+            assert!(unwound.is_err());
+            assert_eq!(listing(dir.path()), Vec::<String>::new(), "{name}");
+        }
+    }
+
+    #[test]
+    fn missing_rows_are_refused_at_finish() {
+        let nb = sample_neighbors();
+        for name in OUTPUTS {
+            let dir = tempfile::tempdir().unwrap();
+            let msg = message(write_in_chunks(&dir.path().join(name), &nb, 5, &[1, 1]).unwrap_err());
+            assert!(msg.contains(name) && msg.contains("2 of 4 rows were written"), "{msg}");
+            assert_eq!(listing(dir.path()), Vec::<String>::new(), "{name}");
+        }
+    }
+
+    #[test]
+    fn refused_rows_are_named_and_write_nothing() {
+        let nb = sample_neighbors();
+        for name in OUTPUTS {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(name);
+            let mut writer = NeighborWriter::create(&path, 4, 3, 5).unwrap();
+            writer.write_rows(&nb.indices[..6], &nb.distances[..6]).unwrap();
+            let mut bad = nb.indices[6..].to_vec();
+            bad[4] = 9;
+            let msg = message(writer.write_rows(&bad, &nb.distances[6..]).unwrap_err());
+            assert!(msg.contains("row 3: index 9 is not below the corpus size 5"), "{msg}");
+            let msg = message(writer.write_rows(&nb.indices[6..8], &nb.distances[6..8]).unwrap_err());
+            assert!(msg.contains("whole rows of k = 3"), "{msg}");
+            let msg = message(writer.write_rows(&nb.indices[6..9], &nb.distances[6..]).unwrap_err());
+            assert!(msg.contains("3 indices and 6 distances"), "{msg}");
+            let msg = message(writer.write_rows(&nb.indices[3..], &nb.distances[3..]).unwrap_err());
+            assert!(msg.contains("3 more rows after 2 would exceed the 4 queries"), "{msg}");
+            // Refused blocks wrote nothing, so the right rows still make the right file.
+            writer.write_rows(&nb.indices[6..], &nb.distances[6..]).unwrap();
+            writer.finish().unwrap();
+            let whole = tempfile::tempdir().unwrap();
+            write_neighbors(&whole.path().join(name), &nb, 5).unwrap();
+            for file in listing(whole.path()) {
+                let a = std::fs::read(whole.path().join(&file)).unwrap();
+                let b = std::fs::read(dir.path().join(&file)).unwrap();
+                assert_eq!(without_zip_times(&a), without_zip_times(&b), "{file}");
+            }
+        }
+    }
+
+    #[test]
+    fn impossible_outputs_are_refused_at_create() {
+        let dir = tempfile::tempdir().unwrap();
+        let msg = message(NeighborWriter::create(&dir.path().join("g.csv"), 4, 0, 5).err().unwrap());
+        assert!(msg.contains("k = 0"), "{msg}");
+        let k = i32::MAX as usize + 1;
+        let msg = message(NeighborWriter::create(&dir.path().join("g.ivecs"), 1, k, 5).err().unwrap());
+        assert!(msg.contains("k = 2147483648") && msg.contains("i32"), "{msg}");
+        let msg = message(NeighborWriter::create(&dir.path().join("g.txt"), 1, 1, 5).err().unwrap());
+        assert!(msg.contains("g.txt") && msg.contains(".npz"), "{msg}");
+        assert_eq!(listing(dir.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn writers_can_move_to_another_thread() {
+        fn send<T: Send>() {}
+        send::<NeighborWriter>();
     }
 }

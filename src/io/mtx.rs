@@ -2,17 +2,26 @@
 
 use std::io::{self, Write};
 
-use crate::data::Neighbors;
-
-/// `coordinate real general`, 1-based; an entry per neighbour whose value is the distance.
-/// Zero distances (duplicates, or the point itself with `--include-self`) are written
-/// explicitly, so the graph keeps every edge.
-pub(crate) fn write<W: Write>(w: &mut W, nb: &Neighbors, n_cols: usize) -> io::Result<()> {
+/// `coordinate real general`, 1-based, `queries x n_cols` with `queries * k` entries; an
+/// entry per neighbour whose value is the distance (see [`write_entries`]).
+pub(crate) fn write_header<W: Write>(w: &mut W, queries: usize, k: usize, n_cols: usize) -> io::Result<()> {
     writeln!(w, "%%MatrixMarket matrix coordinate real general")?;
     writeln!(w, "% k-nearest neighbours: row = query, column = neighbour, value = distance")?;
-    writeln!(w, "{} {} {}", nb.queries, n_cols, nb.queries * nb.k)?;
-    for q in 0..nb.queries {
-        for (&i, &d) in nb.indices_of(q).iter().zip(nb.distances_of(q)) {
+    writeln!(w, "{queries} {n_cols} {}", queries * k)
+}
+
+/// The entries of whole rows of `k` neighbours, the first being row `first_row` (0-based).
+/// Zero distances (duplicates, or the point itself with `--include-self`) are written
+/// explicitly, so the graph keeps every edge.
+pub(crate) fn write_entries<W: Write>(
+    w: &mut W,
+    first_row: usize,
+    indices: &[u32],
+    distances: &[f32],
+    k: usize,
+) -> io::Result<()> {
+    for (q, (row, dist)) in (first_row..).zip(indices.chunks_exact(k).zip(distances.chunks_exact(k))) {
+        for (&i, &d) in row.iter().zip(dist) {
             writeln!(w, "{} {} {d:?}", q + 1, i as u64 + 1)?;
         }
     }

@@ -1,33 +1,115 @@
 //! Neighbour lists as a NumPy `.npz` archive, as `numpy.savez` writes it (entries stored
 //! uncompressed, so `numpy.load(..., mmap_mode=...)`-style readers and fast loading work).
 
-use std::io::{self, Seek, Write};
+use std::io::{self, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use npyz::zip::{self, write::FileOptions, CompressionMethod, ZipWriter};
 
+use super::atomic::Partial;
 use super::npy::{header, write_values};
-use crate::data::Neighbors;
+use crate::error::{Error, Result};
 
-pub(crate) fn write_neighbors<W: Write + Seek>(w: W, nb: &Neighbors) -> io::Result<()> {
-    let shape = [nb.queries, nb.k];
-    // Never dropped: after a failed write (a full disk) the writer's `Drop` would try to
-    // finish the archive again and print its debug text to stderr. On success `finish` has
-    // already closed it, and what is left unfreed is its small table of entries.
-    let mut never_dropped = std::mem::ManuallyDrop::new(ZipWriter::new(w));
-    let zip = &mut *never_dropped;
-    let options = |bytes: usize| {
-        FileOptions::default()
+/// An `.npz` of `queries x k` neighbours written row by row: indices go straight into the
+/// archive's first entry, distances into a scratch file beside it that is copied into the
+/// second entry at the end (an archive's entries follow one another, and a graph may not
+/// fit in memory).
+pub(crate) struct Writer {
+    path: PathBuf,
+    zip: ZipWriter<Archive>,
+    distances: Partial,
+    abandoned: Arc<AtomicBool>,
+    entry_bytes: u64,
+}
+
+impl Writer {
+    pub(crate) fn create(path: &Path, queries: usize, k: usize) -> Result<Writer> {
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let archive = Archive { file: Partial::create(path)?, abandoned: abandoned.clone(), position: 0 };
+        let mut writer = Writer {
+            path: path.to_path_buf(),
+            zip: ZipWriter::new(archive),
+            distances: Partial::scratch(path, "distances")?,
+            abandoned,
+            entry_bytes: (queries as u64).saturating_mul(k as u64),
+        };
+        let shape = [queries, k];
+        writer.start_entry("indices.npy", 8)?;
+        writer.zip.write_all(&header("<i8", &shape)).map_err(|e| Error::io(path, e))?;
+        writer.distances.fill(|w| w.write_all(&header("<f4", &shape)))?;
+        Ok(writer)
+    }
+
+    pub(crate) fn write_rows(&mut self, indices: &[u32], distances: &[f32]) -> Result<()> {
+        write_values(&mut self.zip, indices, |i| (i as i64).to_le_bytes()).map_err(|e| Error::io(&self.path, e))?;
+        self.distances.fill(|w| write_values(w, distances, f32::to_le_bytes))
+    }
+
+    /// Copies the distances into the archive, closes it and moves it into place.
+    pub(crate) fn finish(mut self) -> Result<()> {
+        self.start_entry("distances.npy", 4)?;
+        io::copy(&mut self.distances.read_back()?, &mut self.zip).map_err(|e| Error::io(&self.path, e))?;
+        let archive = self.zip.finish().map_err(|e| Error::io(&self.path, zip_error(e)))?;
+        archive.file.persist()
+    }
+
+    /// Starts an entry of `entry_bytes` values of `size` bytes each (stored, as
+    /// `numpy.savez` does), zip64 where it needs it.
+    fn start_entry(&mut self, name: &str, size: u64) -> Result<()> {
+        let bytes = self.entry_bytes.saturating_mul(size);
+        let options = FileOptions::default()
             .compression_method(CompressionMethod::Stored)
-            .large_file(bytes as u64 >= u32::MAX as u64 - 4096)
-    };
-    zip.start_file("indices.npy", options(nb.indices.len() * 8)).map_err(zip_error)?;
-    zip.write_all(&header("<i8", &shape))?;
-    write_values(zip, &nb.indices, |i| (i as i64).to_le_bytes())?;
-    zip.start_file("distances.npy", options(nb.distances.len() * 4)).map_err(zip_error)?;
-    zip.write_all(&header("<f4", &shape))?;
-    write_values(zip, &nb.distances, f32::to_le_bytes)?;
-    zip.finish().map_err(zip_error)?;
-    Ok(())
+            .large_file(bytes >= u32::MAX as u64 - 4096);
+        self.zip.start_file(name, options).map_err(|e| Error::io(&self.path, zip_error(e)))
+    }
+}
+
+impl Drop for Writer {
+    /// The zip writer's own `Drop` finishes an unfinished archive; an abandoned one (after an
+    /// error, or dropped unfinished) is about to be deleted, and after a failed write (a full
+    /// disk) that attempt would fail again and print its debug text to stderr.
+    fn drop(&mut self) {
+        self.abandoned.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The archive's partial file. Once the writer is abandoned, bytes are counted but not
+/// written and seeks only move the count, so that the zip writer's `Drop` completes without
+/// touching the file.
+struct Archive {
+    file: Partial,
+    abandoned: Arc<AtomicBool>,
+    position: u64,
+}
+
+impl Write for Archive {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let written = if self.abandoned.load(Ordering::Relaxed) { buf.len() } else { self.file.sink().write(buf)? };
+        self.position += written as u64;
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.abandoned.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.file.sink().flush()
+    }
+}
+
+impl Seek for Archive {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        self.position = match (self.abandoned.load(Ordering::Relaxed), pos) {
+            (false, pos) => self.file.sink().seek(pos)?,
+            (true, SeekFrom::Start(at)) => at,
+            (true, SeekFrom::Current(by)) => self.position.saturating_add_signed(by),
+            // The zip writer never seeks from the end of what it writes.
+            (true, SeekFrom::End(_)) => return Err(io::Error::other("the archive was abandoned")),
+        };
+        Ok(self.position)
+    }
 }
 
 fn zip_error(e: zip::result::ZipError) -> io::Error {
@@ -41,6 +123,7 @@ fn zip_error(e: zip::result::ZipError) -> io::Error {
 mod tests {
     use super::super::testutil::*;
     use super::super::write_neighbors as write;
+    use super::*;
     use npyz::npz::NpzArchive;
 
     #[test]
@@ -61,6 +144,22 @@ mod tests {
         let dist = npz.by_name("distances").unwrap().unwrap();
         assert_eq!(dist.shape(), &[4, 3]);
         assert_eq!(dist.into_vec::<f32>().unwrap(), nb.distances);
+    }
+
+    #[test]
+    fn abandoned_archive_closes_without_writing() {
+        // The zip writer's `Drop` closes an unfinished archive; once abandoned that must
+        // succeed (a failure is printed to stderr) and write nothing to the doomed file.
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = Writer::create(&dir.path().join("g.npz"), 4, 3).unwrap();
+        writer.write_rows(&[1; 6], &[0.5; 6]).unwrap();
+        writer.zip.flush().unwrap();
+        let partial = dir.path().join(format!("g.npz.knng-partial-{}", std::process::id()));
+        let before = std::fs::metadata(&partial).unwrap().len();
+        writer.abandoned.store(true, Ordering::Relaxed);
+        let mut archive = writer.zip.finish().unwrap();
+        assert!(archive.file.sink().buffer().is_empty());
+        assert_eq!(std::fs::metadata(&partial).unwrap().len(), before);
     }
 
     #[test]

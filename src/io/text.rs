@@ -4,7 +4,7 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use super::binary::map_file;
-use crate::data::{Matrix, Neighbors};
+use crate::data::Matrix;
 use crate::error::{Error, Result};
 
 /// A text matrix and the header line skipped at its top, if any.
@@ -172,10 +172,22 @@ fn unclosed_quote(text: &[u8], at: usize) -> Option<String> {
 }
 
 /// Writes `query,neighbor,distance` lines, nearest first within each query.
-pub(crate) fn write_edges<W: Write>(w: &mut W, nb: &Neighbors) -> io::Result<()> {
-    writeln!(w, "query,neighbor,distance")?;
-    for q in 0..nb.queries {
-        for (&i, &d) in nb.indices_of(q).iter().zip(nb.distances_of(q)) {
+/// The header line of a CSV edge list.
+pub(crate) fn write_edges_header<W: Write>(w: &mut W) -> io::Result<()> {
+    writeln!(w, "query,neighbor,distance")
+}
+
+/// One edge per line, nearest first, for whole rows of `k` neighbours; the first is row
+/// `first_row` of the output.
+pub(crate) fn write_edges<W: Write>(
+    w: &mut W,
+    first_row: usize,
+    indices: &[u32],
+    distances: &[f32],
+    k: usize,
+) -> io::Result<()> {
+    for (q, (row, dist)) in (first_row..).zip(indices.chunks_exact(k).zip(distances.chunks_exact(k))) {
+        for (&i, &d) in row.iter().zip(dist) {
             writeln!(w, "{q},{i},{d:?}")?;
         }
     }
