@@ -94,7 +94,7 @@ fn remove_stale_partials(dir: &Path) {
     }
 }
 
-fn directory_of(path: &Path) -> PathBuf {
+pub(crate) fn directory_of(path: &Path) -> PathBuf {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

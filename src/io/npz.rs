@@ -59,7 +59,10 @@ impl Writer {
     /// `numpy.savez` does), zip64 where it needs it.
     fn start_entry(&mut self, name: &str, size: u64) -> Result<()> {
         let bytes = self.entry_bytes.saturating_mul(size);
+        // Entries dated the zip epoch, not the time of writing: the same graph gives the same
+        // bytes (a resumed run, a run on other devices).
         let options = FileOptions::default()
+            .last_modified_time(zip::DateTime::default())
             .compression_method(CompressionMethod::Stored)
             .large_file(bytes >= u32::MAX as u64 - 4096);
         self.zip.start_file(name, options).map_err(|e| Error::io(&self.path, zip_error(e)))
