@@ -3,6 +3,7 @@
 //! fails.
 
 use crate::error::{Error, Result};
+use crate::strategy::Problem;
 
 /// Host memory a search or graph allocates beyond its inputs, in bytes: the answer (an id and
 /// a distance a neighbour), the candidate lists of the first round (fp32 keys, ids and float64
@@ -23,6 +24,19 @@ fn parts(corpus_rows: usize, query_rows: usize, dim: usize, k: usize) -> [(&'sta
         ("candidate lists", clamp(nq * kc * 16)),
         ("prepared rows", clamp((n + nq) * (d * 4 + 16))),
     ]
+}
+
+/// Host memory a partitioned graph holds at its peak, in bytes, beyond its input: the rows'
+/// statistics, for each of `workers` jobs in flight its two blocks of rows prepared and their
+/// candidate lists, the merged lists of `lists_in_memory` blocks of `block_rows` rows, and
+/// the answers of two blocks of rows.
+pub(crate) fn partitioned_estimate(p: Problem, block_rows: usize, workers: usize, lists_in_memory: usize) -> u64 {
+    let kc = crate::search::initial_candidates(p.k).min(p.n.max(p.k)) as u128;
+    let (n, d, k, r) = (p.n as u128, p.d as u128, p.k as u128, block_rows as u128);
+    let lists = r * (kc * 16 + 1);
+    let job = 2 * lists + 2 * r * (d * 4 + 16);
+    let bytes = n * 16 + workers as u128 * job + lists_in_memory as u128 * lists + 2 * r * k * 8;
+    bytes.min(u64::MAX as u128) as u64
 }
 
 /// Host memory this process may still allocate, in bytes: the kernel's estimate of available
@@ -83,6 +97,56 @@ pub fn check_host_memory(
          queries, or set the limit with `max_host_memory` (`--max-memory SIZE` on the command line)",
         bytes(needed),
         shown.join(", "),
+        bytes(limit)
+    )))
+}
+
+/// Bytes of a whole answer: an id and a distance for each of `k` neighbours of `rows` rows.
+pub(crate) fn answer_bytes(rows: usize, k: usize) -> u64 {
+    (rows as u128 * k as u128 * 8).min(u64::MAX as u128) as u64
+}
+
+/// Refuses an answer of `rows x k` that `limit` cannot hold (`explicit`: the limit was set,
+/// rather than what the machine has available).
+pub(crate) fn check_answers(rows: usize, k: usize, limit: Option<u64>, explicit: bool) -> Result<()> {
+    let needed = answer_bytes(rows, k);
+    match limit {
+        Some(limit) if needed > limit => {
+            let source = if explicit { "the limit set" } else { "available" };
+            Err(Error::HostMemory(format!(
+                "the answers alone take {} of host memory but {} is {source}; use a smaller k, or take the \
+                 rows as they are finished (`Knn::graph_streamed`, or the command line, which writes them to \
+                 the output as they come)",
+                bytes(needed),
+                bytes(limit)
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a partitioned graph whose [`partitioned_estimate`] exceeds `limit` (default:
+/// [`available_host_memory`]), naming both and the ways around it.
+pub(crate) fn check_partitioned(
+    p: Problem,
+    block_rows: usize,
+    workers: usize,
+    lists_in_memory: usize,
+    limit: Option<u64>,
+) -> Result<()> {
+    let Some((limit, source)) =
+        limit.map(|l| (l, "the limit set")).or(available_host_memory().map(|a| (a, "available")))
+    else {
+        return Ok(());
+    };
+    let needed = partitioned_estimate(p, block_rows, workers, lists_in_memory);
+    if needed <= limit {
+        return Ok(());
+    }
+    Err(Error::HostMemory(format!(
+        "this graph needs about {} of host memory in blocks of {block_rows} rows but {} is {source}; use \
+         smaller blocks (`--block-rows`), fewer devices or a smaller k, or raise the limit (`--max-memory SIZE`)",
+        bytes(needed),
         bytes(limit)
     )))
 }

@@ -14,7 +14,7 @@ use crate::metric::Metric;
 use crate::partition::{self, checkpoint, BlockPlan, RowSink};
 use crate::prepare::{self, RowStats};
 use crate::refine::{self, write_row, Candidates, Certify, Query, NONE};
-use crate::strategy::{self, Strategy};
+use crate::strategy::{self, Problem, Strategy};
 
 /// Which engine computes the candidates.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -113,8 +113,16 @@ pub struct Options {
     /// same graph run again after a kill resumes where it stopped (see
     /// [`Knn::graph`]). Refused when it holds blocks of other data or arguments.
     pub checkpoint: Option<std::path::PathBuf>,
+    /// Where a partitioned graph spills the candidate lists that do not fit
+    /// [`Options::max_host_memory`] (default: the system's temporary directory). The files
+    /// are removed as they are read back and when the run ends.
+    pub scratch: Option<std::path::PathBuf>,
     /// Receives messages for the user, such as how much of a checkpoint was resumed.
     pub notice: Option<Notice>,
+    /// Most blocks of rows whose merged candidate lists a partitioned graph holds at once
+    /// (default: as many as [`Options::max_host_memory`] allows); the lists of later blocks
+    /// are spilled to [`Options::scratch`] until their rows are finished.
+    pub lists_in_memory: Option<usize>,
     /// Depth of the distance kernel's workgroup tiles: 4, 8, 16 (default) or 32. For tuning.
     ///
     /// This and the caps and switches above it override the planner's choices, for tests that
@@ -141,6 +149,8 @@ impl std::fmt::Debug for Options {
             .field("bounded_sweeps", &self.bounded_sweeps)
             .field("devices", &self.devices)
             .field("block_rows", &self.block_rows)
+            .field("scratch", &self.scratch)
+            .field("lists_in_memory", &self.lists_in_memory)
             .field("checkpoint", &self.checkpoint)
             .field("notice", &self.notice.is_some())
             .field("distance_tile_depth", &self.distance_tile_depth)
@@ -201,6 +211,8 @@ pub struct RunStats {
     pub blocks: usize,
     /// Blocks of a partitioned graph read from its checkpoint rather than computed.
     pub blocks_resumed: usize,
+    /// Bytes of candidate lists a partitioned graph spilled to its scratch directory.
+    pub bytes_spilled: u64,
     /// Engines (devices) that shared the work.
     pub workers: usize,
 }
@@ -425,7 +437,7 @@ impl Knn {
     ) -> Result<()> {
         let mut hand_over =
             |first: usize, indices: &mut [u32], distances: &mut [f32]| sink(FinishedRows { first, indices, distances });
-        if let Some(answer) = self.graph_or_stream(data, k, metric, AnswerMemory::default(), &mut hand_over)? {
+        if let Some(answer) = self.graph_or_stream(data, k, metric, AnswerMemory::default(), 0, &mut hand_over)? {
             let Neighbors { mut indices, mut distances, .. } = answer;
             hand_over(0, &mut indices, &mut distances)?;
         }
@@ -433,26 +445,32 @@ impl Knn {
     }
 
     fn graph_in(&self, data: MatrixRef<'_>, k: usize, metric: Metric, answers: AnswerMemory) -> Result<Neighbors> {
+        // The answer returned is held whole whatever the strategy: it must fit, and what it
+        // leaves of the limit is the run's.
+        let held = crate::memory::answer_bytes(data.rows(), k);
+        let limit = self.options.max_host_memory.or_else(crate::memory::available_host_memory);
+        crate::memory::check_answers(data.rows(), k, limit, self.options.max_host_memory.is_some())?;
         let (mut indices, mut distances) = (Vec::new(), Vec::new());
         let mut collect = |_: usize, ids: &mut [u32], dists: &mut [f32]| {
             indices.extend_from_slice(ids);
             distances.extend_from_slice(dists);
             Ok(())
         };
-        match self.graph_or_stream(data, k, metric, answers, &mut collect)? {
+        match self.graph_or_stream(data, k, metric, answers, held, &mut collect)? {
             Some(answer) => Ok(answer),
             None => Ok(Neighbors { indices, distances, queries: data.rows(), k }),
         }
     }
 
     /// The graph of `data`: returned whole, or handed to `sink` block by block where it is
-    /// partitioned.
+    /// partitioned. `held`: bytes of host memory the caller holds meanwhile.
     fn graph_or_stream(
         &self,
         data: MatrixRef<'_>,
         k: usize,
         metric: Metric,
         answers: AnswerMemory,
+        held: u64,
         sink: &mut RowSink<'_>,
     ) -> Result<Option<Neighbors>> {
         crate::trace::mark(|| format!("graph of {} x {} rows, k = {k}", data.rows(), data.cols()));
@@ -463,11 +481,17 @@ impl Knn {
             block_rows: options.block_rows,
             checkpoint: options.checkpoint.is_some(),
             devices_listed: self.devices_listed,
+            memory: options
+                .max_host_memory
+                .or_else(crate::memory::available_host_memory)
+                .map(|m| m.saturating_sub(held)),
         };
-        match strategy::choose(data.rows(), workers.len(), asked) {
+        let problem = Problem { n: data.rows(), d: data.cols(), k };
+        match strategy::choose(problem, workers.len(), asked) {
             Strategy::Single => {}
-            Strategy::Partitioned { plan, workers } => {
-                self.graph_partitioned(data, k, metric, plan, workers, sink)?;
+            Strategy::Partitioned { plan, workers, lists_in_memory } => {
+                let lists_in_memory = options.lists_in_memory.map_or(lists_in_memory, |l| l.clamp(1, lists_in_memory));
+                self.graph_partitioned(data, k, metric, Blocks { plan, workers, lists_in_memory }, sink)?;
                 return Ok(None);
             }
         }
@@ -494,14 +518,23 @@ impl Knn {
         data: MatrixRef<'_>,
         k: usize,
         metric: Metric,
-        plan: BlockPlan,
-        workers: usize,
+        blocks: Blocks,
         sink: &mut RowSink<'_>,
     ) -> Result<()> {
+        let Blocks { plan, workers, lists_in_memory } = blocks;
         let (n, d) = (data.rows(), data.cols());
         let shift = prepare::validate_corpus("data", data, metric)?;
         self.check_graph_k(n, k)?;
-        crate::memory::check_host_memory(n, n, d, k, 0, self.options.max_host_memory)?;
+        let problem = Problem { n, d, k };
+        let limit = self.options.max_host_memory;
+        crate::memory::check_partitioned(problem, plan.rows, workers, lists_in_memory, limit)?;
+        let scratch = if lists_in_memory < plan.count {
+            let dir = self.options.scratch.clone().unwrap_or_else(std::env::temp_dir);
+            partition::check_scratch(&dir)?;
+            Some(dir)
+        } else {
+            None
+        };
         let include_self = self.options.include_self;
         let checkpoint = match &self.options.checkpoint {
             Some(dir) => {
@@ -519,6 +552,8 @@ impl Knn {
             include_self,
             plan,
             symmetric: self.options.symmetric_graphs,
+            lists_in_memory,
+            scratch,
         };
         let mut stats = RunStats { workers: workers.len(), ..RunStats::default() };
         let notice = |blocks: usize, done: usize| {
@@ -784,6 +819,13 @@ impl Knn {
 
         Ok(Neighbors { indices, distances, queries: nq, k })
     }
+}
+
+/// The planner's partition of a graph (`Strategy::Partitioned`).
+struct Blocks {
+    plan: BlockPlan,
+    workers: usize,
+    lists_in_memory: usize,
 }
 
 /// One validated search: every query's `k` nearest corpus rows, `exclude` per query a corpus

@@ -1,6 +1,7 @@
 //! The planner's first decision: one pass over the whole data on one engine, or the
 //! partitioned graph of P x P blocks dealt to several workers.
 
+use crate::memory;
 use crate::partition::BlockPlan;
 
 /// How a graph is computed.
@@ -10,8 +11,9 @@ pub(crate) enum Strategy {
     /// bounds (`plan.rs`).
     Single,
     /// Blocks of rows, the blocks with I <= J dealt to the first `workers` engines
-    /// (`partition/`).
-    Partitioned { plan: BlockPlan, workers: usize },
+    /// (`partition/`); the merged lists of at most `lists_in_memory` blocks of rows are held
+    /// at once, and those of later blocks spilled to the scratch directory.
+    Partitioned { plan: BlockPlan, workers: usize, lists_in_memory: usize },
 }
 
 /// Rows a block aims for when the partition is not asked for by size: a block pair of
@@ -19,10 +21,22 @@ pub(crate) enum Strategy {
 /// little and for workers to finish close together.
 const DEFAULT_BLOCK_ROWS: usize = 1 << 20;
 
+/// Fewest rows a block is cut to in order to fit a memory limit: smaller blocks cost more in
+/// per-job overhead than they save.
+const MIN_BLOCK_ROWS: usize = 256;
+
 /// Fewest rows for which devices that the caller did not list share a graph: below it one
 /// device's symmetric sweep, which computes each key once, is about as fast as blocks over
 /// two, which compute the off-diagonal keys twice (notes/partition.md).
 const DEFAULT_SHARED_ROWS: usize = 1 << 20;
+
+/// The graph to plan: `n` rows of `d` values, `k` neighbours a row.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Problem {
+    pub n: usize,
+    pub d: usize,
+    pub k: usize,
+}
 
 /// What the caller asked for that bears on the choice.
 #[derive(Clone, Copy, Debug, Default)]
@@ -33,56 +47,101 @@ pub(crate) struct Asked {
     pub checkpoint: bool,
     /// The devices were listed by the caller rather than found.
     pub devices_listed: bool,
+    /// Host memory the run may hold, in bytes (`Options::max_host_memory`, else what the
+    /// machine has available); `None` where unknown.
+    pub memory: Option<u64>,
 }
 
-/// Chooses how to compute a graph of `n` rows on `workers` engines.
-pub(crate) fn choose(n: usize, workers: usize, asked: Asked) -> Strategy {
-    if let Some(rows) = asked.block_rows {
-        return Strategy::Partitioned { plan: BlockPlan::new(n, rows), workers };
-    }
-    let share = workers > 1 && (asked.devices_listed || n >= DEFAULT_SHARED_ROWS);
-    if !share && !asked.checkpoint {
+/// Chooses how to compute the graph of `p` on `workers` engines.
+pub(crate) fn choose(p: Problem, workers: usize, asked: Asked) -> Strategy {
+    let fits_whole = asked.memory.is_none_or(|m| memory::host_memory_estimate(p.n, p.n, p.d, p.k) <= m);
+    let share = workers > 1 && (asked.devices_listed || p.n >= DEFAULT_SHARED_ROWS);
+    if asked.block_rows.is_none() && !share && !asked.checkpoint && fits_whole {
         return Strategy::Single;
     }
     let workers = if share { workers } else { 1 };
-    // Two blocks a worker at least, so that there are more jobs (P (P + 1) / 2) than workers.
-    let blocks = (2 * workers).max(n.div_ceil(DEFAULT_BLOCK_ROWS));
-    Strategy::Partitioned { plan: BlockPlan::new(n, n.div_ceil(blocks)), workers }
+    let rows = asked.block_rows.unwrap_or_else(|| {
+        // Two blocks a worker at least, so that there are more jobs (P (P + 1) / 2) than
+        // workers; smaller blocks where the memory limit asks for them.
+        let blocks = (2 * workers).max(p.n.div_ceil(DEFAULT_BLOCK_ROWS));
+        let mut rows = p.n.div_ceil(blocks);
+        while rows > MIN_BLOCK_ROWS
+            && asked.memory.is_some_and(|m| memory::partitioned_estimate(p, rows, workers, 2) > m)
+        {
+            rows = rows.div_ceil(2);
+        }
+        rows
+    });
+    let plan = BlockPlan::new(p.n, rows);
+    let lists_in_memory = match asked.memory {
+        None => plan.count,
+        Some(m) => {
+            let held = |blocks: usize| memory::partitioned_estimate(p, plan.rows, workers, blocks);
+            let per_block = (held(1) - held(0)).max(1);
+            (m.saturating_sub(held(0)) / per_block).clamp(1, plan.count as u64) as usize
+        }
+    };
+    Strategy::Partitioned { plan, workers, lists_in_memory }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const LISTED: Asked = Asked { block_rows: None, checkpoint: false, devices_listed: true };
+    const LISTED: Asked = Asked { block_rows: None, checkpoint: false, devices_listed: true, memory: None };
+
+    fn problem(n: usize) -> Problem {
+        Problem { n, d: 128, k: 16 }
+    }
+
+    fn partitioned(strategy: Strategy) -> (BlockPlan, usize, usize) {
+        match strategy {
+            Strategy::Partitioned { plan, workers, lists_in_memory } => (plan, workers, lists_in_memory),
+            Strategy::Single => panic!("not partitioned"),
+        }
+    }
 
     #[test]
     fn one_engine_without_a_checkpoint_takes_the_whole_data() {
-        assert_eq!(choose(1 << 24, 1, Asked::default()), Strategy::Single);
+        assert_eq!(choose(problem(1 << 24), 1, Asked::default()), Strategy::Single);
     }
 
     #[test]
     fn several_workers_or_a_checkpoint_take_blocks() {
-        let Strategy::Partitioned { plan, workers } = choose(1000, 2, LISTED) else { panic!("not partitioned") };
-        assert_eq!((plan.count, plan.rows, workers), (4, 250, 2));
+        let (plan, workers, lists) = partitioned(choose(problem(1000), 2, LISTED));
+        assert_eq!((plan.count, plan.rows, workers, lists), (4, 250, 2, 4));
         let asked = Asked { checkpoint: true, ..Asked::default() };
-        let Strategy::Partitioned { plan, workers } = choose(3 << 20, 1, asked) else { panic!("not partitioned") };
+        let (plan, workers, _) = partitioned(choose(problem(3 << 20), 1, asked));
         assert_eq!((plan.count, workers), (3, 1));
         let asked = Asked { block_rows: Some(30), ..Asked::default() };
-        let Strategy::Partitioned { plan, workers } = choose(100, 1, asked) else { panic!("not partitioned") };
+        let (plan, workers, _) = partitioned(choose(problem(100), 1, asked));
         assert_eq!((plan.count, plan.rows, workers), (4, 30, 1));
     }
 
     #[test]
     fn devices_found_rather_than_listed_share_only_large_graphs() {
-        assert_eq!(choose(100_000, 4, Asked::default()), Strategy::Single);
-        let Strategy::Partitioned { plan, workers } = choose(1 << 21, 4, Asked::default()) else {
-            panic!("not partitioned")
-        };
+        assert_eq!(choose(problem(100_000), 4, Asked::default()), Strategy::Single);
+        let (plan, workers, _) = partitioned(choose(problem(1 << 21), 4, Asked::default()));
         assert_eq!((plan.count, workers), (8, 4));
         // A small graph with a checkpoint is cut for the checkpoint alone.
         let asked = Asked { checkpoint: true, ..Asked::default() };
-        let Strategy::Partitioned { plan, workers } = choose(100_000, 4, asked) else { panic!("not partitioned") };
+        let (plan, workers, _) = partitioned(choose(problem(100_000), 4, asked));
         assert_eq!((plan.count, workers), (2, 1));
+    }
+
+    #[test]
+    fn a_graph_larger_than_the_memory_limit_takes_blocks_that_fit_it() {
+        let p = problem(1 << 22);
+        let limit = 256 << 20;
+        assert!(memory::host_memory_estimate(p.n, p.n, p.d, p.k) > limit);
+        let (plan, workers, lists) = partitioned(choose(p, 1, Asked { memory: Some(limit), ..Asked::default() }));
+        assert_eq!(workers, 1);
+        assert!(plan.rows < 1 << 20 && plan.rows >= MIN_BLOCK_ROWS, "{plan:?}");
+        assert!(lists >= 2 && lists < plan.count, "{lists} of {} blocks", plan.count);
+        assert!(memory::partitioned_estimate(p, plan.rows, 1, lists) <= limit);
+        // With room for everything, every block's lists stay in memory.
+        let asked = Asked { memory: Some(1 << 40), checkpoint: true, ..Asked::default() };
+        let (plan, _, lists) = partitioned(choose(p, 1, asked));
+        assert_eq!(lists, plan.count);
     }
 }

@@ -180,3 +180,26 @@ fn first_bad_row_of_a_large_input_is_named() {
         assert!(matches!(e, Error::DegenerateRow { row: 9, .. }), "{e}");
     }
 }
+
+/// A graph whose answer exceeds the host limit is refused whole, with a message that names
+/// the answer and the way around it, and computed when its rows are taken as they come.
+#[test]
+fn graphs_beyond_the_memory_limit_are_refused_whole_and_streamed() {
+    let data = grid(3000, 4);
+    let options = Options { backend: Backend::Cpu, max_host_memory: Some(1 << 20), ..Options::default() };
+    let knn = Knn::new(options).unwrap();
+    let e = knn.graph(data.view(), 50, Metric::Euclidean).unwrap_err();
+    let message = e.to_string();
+    assert!(matches!(e, Error::HostMemory(_)), "{e}");
+    assert!(message.contains("answers alone take 1.1 MiB") && message.contains("graph_streamed"), "{message}");
+    let mut rows = 0;
+    knn.graph_streamed(data.view(), 50, Metric::Euclidean, &mut |finished| {
+        assert_eq!(finished.first, rows);
+        rows += finished.indices.len() / 50;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(rows, 3000);
+    let stats = knn.last_run();
+    assert!(stats.blocks > 1 && stats.bytes_spilled > 0, "{stats:?}");
+}

@@ -502,14 +502,16 @@ fn partitioned_cases() -> Vec<Case> {
 }
 
 /// Every graph answered through blocks dealt to `workers` engines, exact; some through
-/// several blocks and later rounds.
-fn run_partitioned(knn: &Knn, workers: usize) {
+/// several blocks and later rounds, and with `spilled`, the lists of most blocks of rows
+/// spilled to the scratch directory.
+fn run_partitioned(knn: &Knn, workers: usize, spilled: bool) {
     let runs = run_cases(knn, partitioned_cases(), false, false);
     for stats in &runs {
         assert!(stats.blocks > 0 && stats.workers == workers, "not partitioned over {workers} workers: {stats:?}");
     }
     assert!(runs.iter().any(|s| s.blocks >= 10), "no graph took many blocks");
     assert!(runs.iter().any(|s| s.rounds > 1 && s.blocks > 1), "no partitioned graph took a later round");
+    assert_eq!(runs.iter().any(|s| s.bytes_spilled > 0), spilled, "lists spilled: {spilled} expected");
     stream_in_blocks(knn);
     // Devices with f64 compute the candidates' float64 keys, which travel with the lists.
     if knn.description().contains("f64 re-ranking") {
@@ -540,11 +542,15 @@ fn stream_in_blocks(knn: &Knn) {
 #[test]
 fn cpu_backend_partitioned_graphs() {
     let knn = Knn::new(Options { backend: Backend::Cpu, block_rows: Some(29), ..Options::default() }).unwrap();
-    run_partitioned(&knn, 1);
+    run_partitioned(&knn, 1, false);
+    let options =
+        Options { backend: Backend::Cpu, block_rows: Some(29), lists_in_memory: Some(1), ..Options::default() };
+    run_partitioned(&Knn::new(options).unwrap(), 1, true);
 }
 
-/// Two devices opened on one adapter share each graph's blocks: with subgroups where the
-/// adapter has them, else (wgpu's GL backend) without.
+/// Two devices opened on one adapter share each graph's blocks, holding the lists of two
+/// blocks of rows and spilling the rest: with subgroups where the adapter has them, else
+/// (wgpu's GL backend) without.
 #[test]
 fn gpu_partitioned_graphs_on_two_devices() {
     let adapter = std::env::var("KNNG_TEST_ADAPTER").unwrap_or_else(|_| "0".into());
@@ -553,6 +559,7 @@ fn gpu_partitioned_graphs_on_two_devices() {
         devices: vec![adapter.clone(), adapter.clone()],
         no_subgroups,
         block_rows: Some(100),
+        lists_in_memory: Some(2),
         ..Options::default()
     };
     let knn = match gpu_engine(options(false)) {
@@ -560,5 +567,5 @@ fn gpu_partitioned_graphs_on_two_devices() {
         None => gpu_engine(options(true)).expect("the workgroup select runs on every adapter"),
     };
     assert_eq!(knn.description().matches("gpu:").count(), 2, "{}", knn.description());
-    run_partitioned(&knn, 2);
+    run_partitioned(&knn, 2, true);
 }

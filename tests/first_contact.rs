@@ -109,16 +109,17 @@ fn outputs_never_replace_inputs() {
 fn runs_too_large_for_memory_are_refused_before_they_allocate() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    // 200000 x 1 is 800 kB; k = 199999 asks for about 640 GB of answers and candidates.
-    let n = 200_000;
+    // 2^21 x 1 is 8 MB; k = 2^21 - 1 asks for 70 TB of output, more than any disk holds.
+    let n = 1 << 21;
     let input = d.join("line.npy");
     std::fs::write(&input, npy_f32(n, 1, (0..n).map(|i| i as f32))).unwrap();
     let out = d.join("g.npz");
     let started = Instant::now();
+    let k = (n - 1).to_string();
     refused(
-        &["graph", s(&input), "-k", "199999", "-o", s(&out), "--backend", "cpu"],
+        &["graph", s(&input), "-k", &k, "-o", s(&out), "--backend", "cpu"],
         1,
-        &["host memory", "answers", "smaller k", "--max-memory"],
+        &["g.npz", "the output would take at least 70368.7 GB", "file system has", "smaller k"],
         d,
     );
     assert!(started.elapsed() < Duration::from_secs(20), "refused only after {:?}", started.elapsed());

@@ -243,3 +243,30 @@ fn mismatched_and_damaged_checkpoints_are_refused() {
     assert!(!message.contains("panicked"), "{message}");
     assert!(!out.exists());
 }
+
+/// A graph whose lists exceed `--max-memory` is cut into blocks, spills the lists of later
+/// blocks to `--scratch`, streams its rows into every output format, and writes what an
+/// unlimited run writes, leaving nothing in the scratch directory.
+#[test]
+fn a_graph_beyond_its_memory_limit_spills_and_writes_what_an_unlimited_run_writes() {
+    let t = setup(8000, 8);
+    let scratch = t.root.join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    for ext in ["npz", "mtx"] {
+        let (whole, limited) = (t.root.join(format!("whole.{ext}")), t.root.join(format!("limited.{ext}")));
+        let common_args = ["graph", s(&t.input), "-k", "10", "--backend", "cpu"];
+        let message = succeeds(&[&common_args[..], &["-o", s(&whole)]].concat());
+        assert!(!message.contains("spilled"), "{message}");
+        let limits = ["--max-memory", "2MiB", "--scratch", s(&scratch), "-o", s(&limited)];
+        let message = succeeds(&[&common_args[..], &limits].concat());
+        assert!(message.contains("of lists spilled to disk"), "{message}");
+        assert_eq!(std::fs::read(&whole).unwrap(), std::fs::read(&limited).unwrap(), "{ext} outputs differ");
+        assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0, "spill files were left behind");
+    }
+    let npz = t.root.join("limited.npz");
+    let mut archive = npyz::npz::NpzArchive::open(&npz).unwrap();
+    let indices: Vec<i64> = archive.by_name("indices").unwrap().unwrap().into_vec().unwrap();
+    let distances: Vec<f32> = archive.by_name("distances").unwrap().unwrap().into_vec().unwrap();
+    let got = Neighbors { indices: indices.iter().map(|&i| i as u32).collect(), distances, queries: 8000, k: 10 };
+    common::check("spilled", &t.data, &t.data, 10, Metric::Euclidean, true, &got);
+}

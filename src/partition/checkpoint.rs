@@ -136,27 +136,18 @@ impl Checkpoint {
         Ok(Checkpoint { dir: dir.to_path_buf(), id: xxh3_64(text.as_bytes()), plan })
     }
 
-    /// The jobs of `jobs` recorded as finished, with their lists. A damaged file is an error
-    /// that names it.
-    pub fn finished(&self, jobs: &[Job], kc: usize) -> Result<Vec<(usize, Vec<Part>)>> {
-        let mut done = Vec::new();
-        for (index, &job) in jobs.iter().enumerate() {
-            let path = self.dir.join(file_name(job));
-            match fs::read(&path) {
-                Ok(bytes) => {
-                    let parts = self.decode(job, kc, &bytes).map_err(|why| {
-                        Error::file(
-                            &path,
-                            format!("damaged checkpoint block ({why}); delete the file to compute the block again"),
-                        )
-                    })?;
-                    done.push((index, parts));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(&path, e)),
-            }
-        }
-        Ok(done)
+    /// The indices of the jobs of `jobs` recorded as finished.
+    pub fn finished(&self, jobs: &[Job]) -> Vec<usize> {
+        (0..jobs.len()).filter(|&i| self.dir.join(file_name(jobs[i])).is_file()).collect()
+    }
+
+    /// The lists recorded for `job`. A damaged file is an error that names it.
+    pub fn load(&self, job: Job, kc: usize) -> Result<Vec<Part>> {
+        let path = self.dir.join(file_name(job));
+        let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
+        self.decode(job, kc, &bytes).map_err(|why| {
+            Error::file(&path, format!("damaged checkpoint block ({why}); delete the file to compute the block again"))
+        })
     }
 
     /// Records `job`'s lists durably.
@@ -168,17 +159,7 @@ impl Checkpoint {
         for v in [i as u32, j as u32, kc as u32, parts.len() as u32] {
             bytes.extend_from_slice(&v.to_le_bytes());
         }
-        for p in parts {
-            bytes.extend_from_slice(&(p.first as u64).to_le_bytes());
-            bytes.extend_from_slice(&(p.rows as u64).to_le_bytes());
-            bytes.extend_from_slice(bytemuck::cast_slice(&p.keys));
-            bytes.extend_from_slice(bytemuck::cast_slice(&p.ids));
-            bytes.extend_from_slice(&p.flags);
-            bytes.push(u8::from(p.exact.is_some()));
-            if let Some(exact) = &p.exact {
-                bytes.extend_from_slice(bytemuck::cast_slice(exact));
-            }
-        }
+        parts.iter().for_each(|p| p.encode(&mut bytes));
         let sum = xxh3_64(&bytes);
         bytes.extend_from_slice(&sum.to_le_bytes());
         write_durably(&self.dir, &file_name(job), &bytes)
@@ -215,29 +196,14 @@ impl Checkpoint {
         }
         let mut parts = Vec::new();
         for range in expected_ranges {
-            let (first, rows) = (u64_at(take(8)?) as usize, u64_at(take(8)?) as usize);
-            if first != range.start || rows != range.len() {
-                return Err(format!("rows {first}.. ({rows}) where rows {range:?} were expected"));
+            let part = Part::decode(kc, &mut take)?;
+            if part.first != range.start || part.rows != range.len() {
+                return Err(format!("rows {}.. ({}) where rows {range:?} were expected", part.first, part.rows));
             }
-            let keys: Vec<f32> =
-                take(rows * kc * 4)?.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4"))).collect();
-            let ids: Vec<u32> =
-                take(rows * kc * 4)?.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().expect("4"))).collect();
-            let flags = take(rows)?.to_vec();
-            let exact = match take(1)?[0] {
-                0 => None,
-                1 => Some(
-                    take(rows * kc * 8)?
-                        .chunks_exact(8)
-                        .map(|b| f64::from_le_bytes(b.try_into().expect("8")))
-                        .collect::<Vec<f64>>(),
-                ),
-                other => return Err(format!("float64 keys marked {other}")),
-            };
-            if let Some(bad) = ids.iter().find(|&&id| id != NONE && id as usize >= self.plan.n) {
+            if let Some(bad) = part.ids.iter().find(|&&id| id != NONE && id as usize >= self.plan.n) {
                 return Err(format!("row id {bad} beyond the data's {} rows", self.plan.n));
             }
-            parts.push(Part { first, slots: None, rows, kc, keys, ids, flags, exact });
+            parts.push(part);
         }
         if at != body.len() {
             return Err(format!("{} bytes after the last list", body.len() - at));
@@ -329,11 +295,12 @@ mod tests {
     fn recorded_blocks_come_back_and_damaged_ones_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let (c, jobs) = setup(dir.path(), 4);
-        assert!(c.finished(&jobs, 5).unwrap().is_empty());
+        assert!(c.finished(&jobs).is_empty());
         let recorded = lists(c.plan, jobs[1], 5);
         c.record(jobs[1], 5, &recorded).unwrap();
         let (c, _) = setup(dir.path(), 4);
-        assert_eq!(c.finished(&jobs, 5).unwrap(), vec![(1, recorded)]);
+        assert_eq!(c.finished(&jobs), [1]);
+        assert_eq!(c.load(jobs[1], 5).unwrap(), recorded);
 
         let path = dir.path().join(file_name(jobs[1]));
         let bytes = fs::read(&path).unwrap();
@@ -343,7 +310,7 @@ mod tests {
             b
         }] {
             fs::write(&path, damaged).unwrap();
-            let message = c.finished(&jobs, 5).unwrap_err().to_string();
+            let message = c.load(jobs[1], 5).unwrap_err().to_string();
             let name = file_name(jobs[1]);
             assert!(message.contains(&name) && message.contains("damaged checkpoint block"), "{message}");
         }

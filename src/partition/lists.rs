@@ -71,6 +71,42 @@ impl Part {
     }
 }
 
+impl Part {
+    /// Appends the lists to `bytes`: first and rows (u64), keys, ids, flags, then 1 and the
+    /// float64 keys or 0, little-endian.
+    pub fn encode(&self, bytes: &mut Vec<u8>) {
+        bytes.extend_from_slice(&(self.first as u64).to_le_bytes());
+        bytes.extend_from_slice(&(self.rows as u64).to_le_bytes());
+        bytes.extend_from_slice(bytemuck::cast_slice(&self.keys));
+        bytes.extend_from_slice(bytemuck::cast_slice(&self.ids));
+        bytes.extend_from_slice(&self.flags);
+        bytes.push(u8::from(self.exact.is_some()));
+        if let Some(exact) = &self.exact {
+            bytes.extend_from_slice(bytemuck::cast_slice(exact));
+        }
+    }
+
+    /// Reads lists of `kc` that [`Part::encode`] wrote, taking bytes from `take`; an error
+    /// says what is wrong with them.
+    pub fn decode<'b>(
+        kc: usize,
+        take: &mut dyn FnMut(usize) -> std::result::Result<&'b [u8], String>,
+    ) -> std::result::Result<Part, String> {
+        let u64_at = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize;
+        let (first, rows) = (u64_at(take(8)?), u64_at(take(8)?));
+        let values = rows.checked_mul(kc).filter(|v| v.checked_mul(8).is_some()).ok_or("a list size that overflows")?;
+        let keys: Vec<f32> = bytemuck::pod_collect_to_vec(take(values * 4)?);
+        let ids: Vec<u32> = bytemuck::pod_collect_to_vec(take(values * 4)?);
+        let flags = take(rows)?.to_vec();
+        let exact = match take(1)?[0] {
+            0 => None,
+            1 => Some(bytemuck::pod_collect_to_vec::<u8, f64>(take(values * 8)?)),
+            other => return Err(format!("float64 keys marked {other}")),
+        };
+        Ok(Part { first, slots: None, rows, kc, keys, ids, flags, exact })
+    }
+}
+
 /// The `kc` best (key, id) pairs of every row seen so far, in (key, id) order, `NONE` after
 /// the last. Every (row, column) pair comes from exactly one block, and the order is total,
 /// so the lists do not depend on the order in which blocks arrive.
@@ -236,6 +272,25 @@ mod tests {
         let cands = lists.into_candidates();
         assert_eq!(cands.ids, [8, 5, 3, NONE]);
         assert!(cands.exact.is_none(), "parts without float64 keys leave the lists without them");
+    }
+
+    #[test]
+    fn parts_come_back_from_their_bytes() {
+        let mut p = part(7, 3, &[&[(1.5, 2), (0.5, 9)], &[(4.0, 1)]]);
+        p.flags[1] = FAILED;
+        let q = Part { exact: Some(vec![0.25; 6]), ..p.clone() };
+        let mut bytes = Vec::new();
+        p.encode(&mut bytes);
+        q.encode(&mut bytes);
+        let mut at = 0;
+        let mut take = |len: usize| {
+            let piece = bytes.get(at..at + len).ok_or_else(|| "short".to_string());
+            at += len;
+            piece
+        };
+        assert_eq!(Part::decode(3, &mut take).unwrap(), p);
+        assert_eq!(Part::decode(3, &mut take).unwrap(), q);
+        assert!(Part::decode(3, &mut take).is_err());
     }
 
     #[test]

@@ -15,8 +15,10 @@
 mod blocks;
 pub(crate) mod checkpoint;
 mod lists;
+mod spill;
 mod workers;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -25,6 +27,8 @@ pub(crate) use blocks::BlockPlan;
 use blocks::Job;
 use checkpoint::Checkpoint;
 use lists::{Part, RowLists};
+pub(crate) use spill::check_scratch;
+use spill::Spill;
 
 use crate::data::{Matrix, MatrixRef};
 use crate::engine::{CandidateJob, Engine};
@@ -46,6 +50,11 @@ pub(crate) struct GraphTask<'a> {
     pub plan: BlockPlan,
     /// `Options::symmetric_graphs`, passed to the CPU backend for diagonal blocks.
     pub symmetric: Option<bool>,
+    /// Blocks of rows whose merged lists may be held at once (`Strategy::Partitioned`).
+    pub lists_in_memory: usize,
+    /// Where the lists of other blocks are spilled; needed when `lists_in_memory` is below
+    /// the number of blocks.
+    pub scratch: Option<PathBuf>,
 }
 
 /// Receives finished rows in order: the first row's number, then `rows x k` indices and
@@ -71,12 +80,13 @@ pub(crate) fn graph(
     let jobs = task.plan.graph_jobs();
     let kc = initial_candidates(task.k).min(task.available()).max(task.k);
     let mut run = Run::new(task, &row_stats, kc, jobs.len());
+    run.spill = task.scratch.as_deref().map(|dir| Spill::new(dir, kc));
     let mut todo: Vec<Job> = jobs.clone();
     if let Some(c) = checkpoint {
-        let done = c.finished(&jobs, kc)?;
+        let done = c.finished(&jobs);
         stats.blocks_resumed = done.len();
-        for (job, parts) in done {
-            run.block_done(jobs[job], parts);
+        for job in done {
+            run.block_done(jobs[job], c.load(jobs[job], kc)?)?;
             todo.retain(|&j| j != jobs[job]);
         }
     }
@@ -97,7 +107,7 @@ pub(crate) fn graph(
                 if let Some(c) = checkpoint {
                     c.record(job, kc, &parts)?;
                 }
-                run.block_done(job, parts);
+                run.block_done(job, parts)?;
             }
             Work::Search { batch, .. } => run.search_done(&batch, parts),
         }
@@ -113,6 +123,7 @@ pub(crate) fn graph(
     stats.rows_overflowed = counted.rows_overflowed;
     stats.rows_reranked_on_gpu = counted.rows_reranked_on_gpu;
     stats.refine_seconds = counted.refine_seconds;
+    stats.bytes_spilled = run.spill.as_ref().map_or(0, |s| s.written);
     stats.candidate_seconds = started.elapsed().as_secs_f64() - stats.prepare_seconds - stats.refine_seconds;
     Ok(())
 }
@@ -168,6 +179,10 @@ struct Run<'a> {
     jobs_done: usize,
     /// Jobs the last step created, for the workers.
     new_work: Vec<Work>,
+    /// The lowest block of rows whose first round is not complete: blocks from it on hold
+    /// their lists in memory while they are fewer than `task.lists_in_memory`.
+    first_unfinished: usize,
+    spill: Option<Spill>,
     next_to_emit: usize,
     stats: RunStats,
 }
@@ -188,19 +203,28 @@ impl<'a> Run<'a> {
             jobs_total,
             jobs_done: 0,
             new_work: Vec::new(),
+            first_unfinished: 0,
+            spill: None,
             next_to_emit: 0,
             stats,
         }
     }
 
-    /// Merges the lists of a first-round block, and finishes the blocks of rows it completes.
-    fn block_done(&mut self, job: Job, parts: Vec<Part>) {
+    /// Merges the lists of a first-round block, or spills those of blocks of rows that are
+    /// not to be held yet, and finishes the blocks of rows it completes.
+    fn block_done(&mut self, job: Job, parts: Vec<Part>) -> Result<()> {
         let plan = self.task.plan;
         for mut part in parts {
             let b = part.first / plan.rows;
             part.first -= plan.range(b).start;
-            let rows = plan.range(b).len();
-            self.blocks[b].lists.get_or_insert_with(|| RowLists::new(rows, self.kc)).merge(&part);
+            let held = self.blocks[b].lists.is_some() || b < self.first_unfinished + self.task.lists_in_memory;
+            match (&mut self.spill, held) {
+                (Some(spill), false) => spill.put(b, &part)?,
+                _ => {
+                    let rows = plan.range(b).len();
+                    self.blocks[b].lists.get_or_insert_with(|| RowLists::new(rows, self.kc)).merge(&part);
+                }
+            }
         }
         let touched = match job {
             Job::Diagonal(b) => vec![b],
@@ -209,21 +233,29 @@ impl<'a> Run<'a> {
         for b in touched {
             self.blocks[b].jobs_left -= 1;
             if self.blocks[b].jobs_left == 0 {
-                self.first_round_done(b);
+                self.first_round_done(b)?;
             }
         }
+        while self.blocks.get(self.first_unfinished).is_some_and(|b| b.jobs_left == 0) {
+            self.first_unfinished += 1;
+        }
         self.jobs_done += 1;
+        Ok(())
     }
 
-    fn first_round_done(&mut self, b: usize) {
+    fn first_round_done(&mut self, b: usize) -> Result<()> {
         let range = self.task.plan.range(b);
         let k = self.task.k;
-        let lists = self.blocks[b].lists.take().expect("every block of rows has a diagonal block");
+        let mut lists = self.blocks[b].lists.take().unwrap_or_else(|| RowLists::new(range.len(), self.kc));
+        if let Some(spill) = &mut self.spill {
+            spill.take(b, |part| lists.merge(&part))?;
+        }
         let mut answers = (vec![0u32; range.len() * k], vec![0f32; range.len() * k]);
         let rows: Vec<usize> = range.clone().collect();
         let pending = self.finish_rows(&rows, &lists.into_candidates(), range.start, &mut answers);
         self.blocks[b].answers = Some(answers);
         self.next_round(b, pending, self.kc, 1);
+        Ok(())
     }
 
     /// Merges the lists of a later round's job, and finishes its rows once every block is in.

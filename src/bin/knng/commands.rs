@@ -13,7 +13,7 @@ use crate::{say, EngineArgs, Failure, GraphArgs, Outcome, SearchArgs};
 impl EngineArgs {
     /// Opens the backend, reporting progress through `bar`.
     pub fn open(&self, include_self: bool, bar: &Bar) -> Outcome<Knn> {
-        self.open_with(include_self, false, None, bar)
+        self.open_with(include_self, false, Places::default(), bar)
     }
 
     /// Sizes rayon's global pool: before anything of the command runs, since the first
@@ -39,9 +39,9 @@ impl EngineArgs {
         Ok(())
     }
 
-    /// [`EngineArgs::open`], optionally timing every GPU kernel and recording a graph's
-    /// blocks in a checkpoint directory.
-    pub fn open_with(&self, include_self: bool, profile: bool, checkpoint: Option<&Path>, bar: &Bar) -> Outcome<Knn> {
+    /// [`EngineArgs::open`], optionally timing every GPU kernel, and with the directories of
+    /// a partitioned graph.
+    pub fn open_with(&self, include_self: bool, profile: bool, places: Places<'_>, bar: &Bar) -> Outcome<Knn> {
         let quiet = self.quiet;
         let notice: knng::Notice = Arc::new(move |message: &str| {
             if !quiet {
@@ -63,7 +63,8 @@ impl EngineArgs {
             max_query_tile: self.query_tile.map(|rows| rows as usize),
             devices: self.devices.clone(),
             block_rows: self.block_rows.map(|rows| rows as usize),
-            checkpoint: checkpoint.map(Path::to_path_buf),
+            checkpoint: places.checkpoint.map(Path::to_path_buf),
+            scratch: places.scratch.map(Path::to_path_buf),
             notice: Some(notice),
             ..Options::default()
         };
@@ -85,11 +86,47 @@ impl EngineArgs {
         }
     }
 
+    /// Refuses, before it is read, an input that the machine's memory cannot hold, and leaves
+    /// the rest of the limit to the run.
+    fn check_input_memory(&mut self, what: &str, inputs: u64) -> Outcome {
+        let (limit, source) = match self.max_memory {
+            Some(limit) => (limit, "--max-memory"),
+            None => match knng::available_host_memory() {
+                Some(available) => (available, "the memory available"),
+                None => return Ok(()),
+            },
+        };
+        if inputs > limit {
+            return Err(Failure(format!(
+                "{what} takes {} as 32-bit floats, more than {source} ({}); store it as .npy, .fbin or .fvecs \
+                 of float32, which are read in place",
+                in_mib(inputs),
+                in_mib(limit)
+            )));
+        }
+        self.max_memory = self.max_memory.map(|limit| limit - inputs);
+        Ok(())
+    }
+
     /// Refuses, before any input is read, a run that the machine's memory cannot hold.
     fn check_memory(&self, corpus_rows: usize, query_rows: usize, dim: usize, k: usize, inputs: u64) -> Outcome {
         let limit = self.max_memory;
         Ok(knng::check_host_memory(corpus_rows, query_rows, dim, k, inputs, limit)?)
     }
+}
+
+/// `bytes` in MiB, as `--max-memory` takes them.
+fn in_mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// Where a partitioned graph keeps its files.
+#[derive(Clone, Copy, Default)]
+pub struct Places<'a> {
+    /// `--checkpoint DIR`.
+    pub checkpoint: Option<&'a Path>,
+    /// Where lists that do not fit the memory limit are spilled.
+    pub scratch: Option<&'a Path>,
 }
 
 /// "s" after a count other than one.
@@ -186,11 +223,14 @@ fn read<'f>(file: &'f MatrixFile, spec: &str, engine: &EngineArgs) -> Outcome<In
 
 fn finish(engine: &EngineArgs, knn: &Knn, summary: String, rows: usize, elapsed: f64, out: &Path) {
     let stats = knn.last_run();
-    let widened = if stats.rows_widened > 0 {
+    let mut widened = if stats.rows_widened > 0 {
         format!(", {} rows needed more candidates", stats.rows_widened)
     } else {
         String::new()
     };
+    if stats.bytes_spilled > 0 {
+        widened += &format!(", {} of lists spilled to disk", in_mib(stats.bytes_spilled));
+    }
     engine.status(format!(
         "{summary} in {} ({:.0} rows/s{widened}); wrote {}",
         seconds(elapsed),
@@ -216,21 +256,30 @@ pub fn graph(a: GraphArgs) -> Outcome {
             a.input
         )));
     }
-    a.engine.check_memory(n, n, file.cols(), k, input_bytes(&file))?;
-    let data = read(&file, &a.input, &a.engine)?;
-    let bar = Bar::new(a.engine.quiet, "graph");
-    let knn = a.engine.open_with(a.include_self, false, a.checkpoint.as_deref(), &bar)?;
-    a.engine.explain_backend(&knn);
-    a.engine.status(format!("backend {}", knn.description()));
+    io::check_output_space(out, n, k)?;
+    // A graph too large for memory is partitioned, its lists spilled and its rows written as
+    // they are finished: only the input must fit, and what it leaves is the run's.
+    let mut engine = a.engine.clone();
+    engine.check_input_memory(&a.input, input_bytes(&file))?;
+    let data = read(&file, &a.input, &engine)?;
+    let bar = Bar::new(engine.quiet, "graph");
+    let beside_output = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let places =
+        Places { checkpoint: a.checkpoint.as_deref(), scratch: Some(a.scratch.as_deref().unwrap_or(beside_output)) };
+    let knn = engine.open_with(a.include_self, false, places, &bar)?;
+    engine.explain_backend(&knn);
+    engine.status(format!("backend {}", knn.description()));
     let start = Instant::now();
-    let nb = knn.graph(data.view(), k, metric).map_err(|e| in_file(e, &[("data", &a.input)]))?;
+    let mut writer = io::NeighborWriter::create(out, n, k, n)?;
+    knn.graph_streamed(data.view(), k, metric, &mut |rows| writer.write_rows(rows.indices, rows.distances))
+        .map_err(|e| in_file(e, &[("data", &a.input)]))?;
     let elapsed = start.elapsed().as_secs_f64();
     drop(bar);
-    io::write_neighbors(out, &nb, n)?;
+    writer.finish()?;
     if let Some(dir) = &a.checkpoint {
         knng::remove_checkpoint(dir)?;
     }
-    finish(&a.engine, &knn, format!("graph: {n} row{}, k = {k}, {metric}", plural(n)), n, elapsed, out);
+    finish(&engine, &knn, format!("graph: {n} row{}, k = {k}, {metric}", plural(n)), n, elapsed, out);
     Ok(())
 }
 
@@ -255,6 +304,7 @@ pub fn search(a: SearchArgs) -> Outcome {
     if k > n {
         return Err(Failure(format!("-k {k} is too large: corpus {} has only {n} rows", a.corpus)));
     }
+    io::check_output_space(out, query_file.rows(), k)?;
     let inputs = input_bytes(&corpus_file).saturating_add(input_bytes(&query_file));
     a.engine.check_memory(n, query_file.rows(), corpus_file.cols(), k, inputs)?;
     let corpus = read(&corpus_file, &a.corpus, &a.engine)?;

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use knng::io;
 
-use crate::commands::seconds;
+use crate::commands::{seconds, Places};
 use crate::progress::Bar;
 use crate::synth::{self, Rng};
 use crate::{say, BenchArgs, DemoArgs, Failure, Outcome, What};
@@ -103,7 +103,7 @@ pub fn bench(a: BenchArgs) -> Outcome {
 
     let bar = Bar::new(a.engine.quiet || a.json, "bench");
     let start = Instant::now();
-    let knn = a.engine.open_with(false, a.profile, None, &bar)?;
+    let knn = a.engine.open_with(false, a.profile, Places::default(), &bar)?;
     let init = start.elapsed().as_secs_f64();
     // Repeats write into the first run's answer arrays, as a caller of `graph_into` does: the
     // first run also pays for the pages of its answers (524 MB at n=65536 k=1000).
@@ -253,7 +253,7 @@ fn fastest(
 fn bench_select(a: BenchArgs) -> Outcome {
     let (rows, cols, k) = (a.rows as usize, a.cols as usize, a.k as usize);
     let bar = Bar::new(true, "bench");
-    let knn = a.engine.open_with(false, a.profile, None, &bar)?;
+    let knn = a.engine.open_with(false, a.profile, Places::default(), &bar)?;
     let (wall, gpu) = fastest(a.repeat, || knn.bench_select(rows, cols, k))?;
     let gbps = |s: f64| rows as f64 * cols as f64 * 4.0 / s / 1e9;
     if a.json {
@@ -292,7 +292,7 @@ fn bench_select(a: BenchArgs) -> Outcome {
 fn bench_distance(a: BenchArgs) -> Outcome {
     let (rows, cols, d) = (a.rows as usize, a.cols as usize, a.d as usize);
     let bar = Bar::new(true, "bench");
-    let knn = a.engine.open_with(false, a.profile, None, &bar)?;
+    let knn = a.engine.open_with(false, a.profile, Places::default(), &bar)?;
     let (wall, gpu) = fastest(a.repeat, || knn.bench_distance(rows, cols, d))?;
     let tflops = |s: f64| 2.0 * rows as f64 * cols as f64 * d as f64 / s / 1e12;
     if a.json {

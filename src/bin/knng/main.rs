@@ -128,6 +128,10 @@ struct GraphArgs {
     /// resumes where it stopped. DIR is removed once the output is written.
     #[arg(long, value_name = "DIR")]
     checkpoint: Option<PathBuf>,
+    /// Where candidate lists that do not fit --max-memory are spilled while the graph is
+    /// built (default: the output's directory). The files are removed as they are used.
+    #[arg(long, value_name = "DIR")]
+    scratch: Option<PathBuf>,
     #[command(flatten)]
     engine: EngineArgs,
 }
