@@ -142,13 +142,21 @@ fn gpu_workgroup_select_matches_float64_oracle() {
 #[test]
 fn gpu_subgroup_select_small_tiles_matches_float64_oracle() {
     if let Some(knn) = gpu(false, Some(TINY_BUDGET)) {
-        run_table(&knn, false);
+        run_cases(&knn, small_tile_cases(), false, false);
     }
 }
 
 #[test]
 fn gpu_workgroup_select_small_tiles_matches_float64_oracle() {
-    run_table(&gpu(true, Some(TINY_BUDGET)).expect("the workgroup select runs on every adapter"), false);
+    let knn = gpu(true, Some(TINY_BUDGET)).expect("the workgroup select runs on every adapter");
+    run_cases(&knn, small_tile_cases(), false, false);
+}
+
+/// The table without its 520-row graphs of 260 values, which test how the exact keys of
+/// long rows are grouped (the same at any budget, and run at the default one) and which in
+/// tiles of a few rows take most of the table's time on a software adapter.
+fn small_tile_cases() -> Vec<Case> {
+    cases().into_iter().filter(|c| !c.name.contains("520 x 260")).collect()
 }
 
 /// Budget that cuts the larger cases into several chunks and query tiles, and distance

@@ -38,12 +38,12 @@ struct Temp {
 
 impl Temp {
     fn create(dest: &Path) -> Result<(Temp, Sink)> {
-        Temp::create_part(dest, "")
+        Temp::create_part(dest, "", 1 << 20)
     }
 
-    /// Creates `NAME{part}.knng-partial-PID`; `part` tells apart several partial files of
-    /// one output.
-    fn create_part(dest: &Path, part: &str) -> Result<(Temp, Sink)> {
+    /// Creates `NAME{part}.knng-partial-PID`, written through a buffer of `buffer` bytes;
+    /// `part` tells apart several partial files of one output.
+    fn create_part(dest: &Path, part: &str, buffer: usize) -> Result<(Temp, Sink)> {
         let dir = directory_of(dest);
         remove_stale_partials(&dir);
         let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -57,7 +57,7 @@ impl Temp {
             .open(&path)
             .map_err(|e| Error::file(dest, format!("cannot create the output file: {e}")))?;
         registry.push(path.clone());
-        Ok((Temp { path, kept: false }, BufWriter::with_capacity(1 << 20, file)))
+        Ok((Temp { path, kept: false }, BufWriter::with_capacity(buffer, file)))
     }
 
     fn persist(mut self, dest: &Path) -> Result<()> {
@@ -125,9 +125,9 @@ impl Partial {
 
     /// A scratch file that holds part of `dest` until it is copied in (see
     /// [`Partial::read_back`]), named `NAME.PART.knng-partial-PID`; it is never moved into
-    /// place.
+    /// place. Its buffer is small: a run may keep many open, and their writes are large.
     pub(crate) fn scratch(dest: &Path, part: &str) -> Result<Partial> {
-        let (temp, sink) = Temp::create_part(dest, &format!(".{part}"))?;
+        let (temp, sink) = Temp::create_part(dest, &format!(".{part}"), 64 << 10)?;
         Ok(Partial { sink, temp, dest: dest.to_path_buf() })
     }
 
