@@ -217,6 +217,32 @@ fn advise_huge_pages<T>(memory: &[T]) {
 #[cfg(not(target_os = "linux"))]
 fn advise_huge_pages<T>(_: &[T]) {}
 
+/// Zeroes `memory` by handing its whole pages back to the system (the partial pages at
+/// either end are zeroed by hand), so that answers already written elsewhere stop counting
+/// in the process's resident memory until they are touched again.
+pub(crate) fn release_pages<T: bytemuck::Pod>(memory: &mut [T]) {
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(memory);
+    let page = 4096;
+    let first = bytes.as_ptr() as usize;
+    let start = first.next_multiple_of(page) - first;
+    let end = ((first + bytes.len()) / page * page).saturating_sub(first).max(start);
+    #[cfg(target_os = "linux")]
+    if end > start {
+        // SAFETY: whole pages inside memory borrowed mutably here: nothing else reads them
+        // meanwhile. Private pages given back this way read as zeros afterwards, which is what
+        // the slice is set to (`fill` below covers the other cases).
+        let done = unsafe {
+            libc::madvise(bytes.as_mut_ptr().add(start) as *mut libc::c_void, end - start, libc::MADV_DONTNEED)
+        };
+        if done == 0 {
+            bytes[..start].fill(0);
+            bytes[end..].fill(0);
+            return;
+        }
+    }
+    bytes.fill(0);
+}
+
 /// Copies `src` into `dst` with streaming (non-temporal) stores where the CPU has them
 /// (x86-64): the answers are written into fresh pages once and not read again by the copy, and
 /// ordinary stores would first read every line of those pages into the cache, a quarter of a

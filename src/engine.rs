@@ -23,6 +23,15 @@ impl Engine {
         }
     }
 
+    /// Whether a whole graph of `rows x cols` data is ranked on this engine's device, rows
+    /// reaching the host as answers tile by tile (`Strategy::SingleOnDisk`).
+    pub fn ranks_graph_on_device(&self, rows: usize, cols: usize) -> bool {
+        match self {
+            Engine::Cpu(_) => false,
+            Engine::Gpu(g) => g.ranks_graph_on_device(rows, cols),
+        }
+    }
+
     /// The `kc` best fp32 candidates of each row of `queries` among the rows of `corpus`,
     /// prepared with the whole data's `shift`, so that keys of different corpora compare.
     /// `queries_are_corpus`: the queries are the corpus rows themselves, in order, which a

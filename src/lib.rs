@@ -38,6 +38,7 @@
 
 #![warn(missing_docs)]
 
+mod answer_file;
 mod cpu;
 mod data;
 mod engine;

@@ -39,6 +39,17 @@ pub(crate) fn partitioned_estimate(p: Problem, block_rows: usize, workers: usize
     bytes.min(u64::MAX as u128) as u64
 }
 
+/// Host memory a whole-data graph holds whose answers go to disk as they are ranked
+/// (`Strategy::SingleOnDisk`), in bytes, beyond its input: per row its exclusion, its place
+/// in the rounds, its statistics and error bound, its status and flags, plus the answers of
+/// the query tiles being copied out.
+pub(crate) fn on_disk_estimate(p: Problem) -> u64 {
+    const PER_ROW: u128 = 4 + 8 + 4 + 8 + 8 + 4 + 2 + 8;
+    const TILES_IN_FLIGHT: u128 = 4 * 65536;
+    let (n, k) = (p.n as u128, p.k as u128);
+    (n * PER_ROW + TILES_IN_FLIGHT * k * 8).min(u64::MAX as u128) as u64
+}
+
 /// Host memory this process may still allocate, in bytes: the kernel's estimate of available
 /// memory (`MemAvailable`), lowered by a cgroup's limit where one applies. `None` where the
 /// system does not say (not Linux).

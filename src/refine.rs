@@ -134,7 +134,15 @@ pub(crate) struct Certify<'a> {
     pub floor_zero: bool,
     /// Where ranked answers of every row are written.
     pub answers: &'a AnswerMemory,
+    /// Where set, each query tile's ranked rows are handed here once they are in `answers`:
+    /// the tile's first row, its ids and its distances (`k` a row), on the thread that copied
+    /// them. Rows the backend could not rank are among them, and are rewritten by later
+    /// rounds.
+    pub tile_ranked: Option<&'a TileRanked<'a>>,
 }
+
+/// What [`Certify::tile_ranked`] calls.
+pub(crate) type TileRanked<'a> = dyn Fn(usize, &mut [u32], &mut [f32]) -> crate::error::Result<()> + Sync + 'a;
 
 /// What one query asks.
 #[derive(Clone, Copy)]

@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use rayon::prelude::*;
 
+use crate::answer_file::AnswerFile;
 use crate::cpu::CpuEngine;
 use crate::data::{AnswerMemory, FinishedRows, Matrix, MatrixRef, Neighbors};
 use crate::engine::{retry_smaller, Engine};
@@ -114,9 +115,16 @@ pub struct Options {
     /// [`Knn::graph`]). Refused when it holds blocks of other data or arguments.
     pub checkpoint: Option<std::path::PathBuf>,
     /// Where a partitioned graph spills the candidate lists that do not fit
-    /// [`Options::max_host_memory`] (default: the system's temporary directory). The files
-    /// are removed as they are read back and when the run ends.
+    /// [`Options::max_host_memory`], and a graph ranked on one GPU keeps answers that do not
+    /// (default: the system's temporary directory). The files are removed as they are read
+    /// back and when the run ends.
     pub scratch: Option<std::path::PathBuf>,
+    /// Whether a graph computed whole on one GPU that ranks rows on the device writes its
+    /// answers to [`Options::scratch`] as they are ranked and hands them over in order at
+    /// the end, holding little more than a few bytes a row: `None` where
+    /// [`Options::max_host_memory`] cannot hold them otherwise, `Some` forces it on (where the
+    /// device ranks the graph) or off.
+    pub answers_on_disk: Option<bool>,
     /// Receives messages for the user, such as how much of a checkpoint was resumed.
     pub notice: Option<Notice>,
     /// Most blocks of rows whose merged candidate lists a partitioned graph holds at once
@@ -213,6 +221,9 @@ pub struct RunStats {
     pub blocks_resumed: usize,
     /// Bytes of candidate lists a partitioned graph spilled to its scratch directory.
     pub bytes_spilled: u64,
+    /// Rows whose answers left host memory for a scratch file as soon as the device ranked
+    /// them ([`Options::answers_on_disk`]).
+    pub rows_ranked_to_disk: usize,
     /// Engines (devices) that shared the work.
     pub workers: usize,
 }
@@ -351,7 +362,7 @@ impl Knn {
         check_k(k, corpus.rows(), "the number of corpus rows")?;
         check_rows("corpus", corpus.rows())?;
         let exclude = vec![NONE; queries.rows()];
-        self.run(&Task { corpus, queries, shift, exclude, k, metric, answers })
+        self.run(&Task { corpus, queries, shift, exclude, k, metric, answers, on_disk: None })
     }
 
     /// The exact kNN graph of `data`: for every row its `k` nearest other rows (itself
@@ -485,10 +496,18 @@ impl Knn {
                 .max_host_memory
                 .or_else(crate::memory::available_host_memory)
                 .map(|m| m.saturating_sub(held)),
+            ranks_on_device: options.answers_on_disk != Some(false)
+                && self.engine.ranks_graph_on_device(data.rows(), data.cols()),
+            answers_on_disk: options.answers_on_disk == Some(true),
         };
         let problem = Problem { n: data.rows(), d: data.cols(), k };
+        let mut on_disk = None;
         match strategy::choose(problem, workers.len(), asked) {
             Strategy::Single => {}
+            Strategy::SingleOnDisk => {
+                let dir = self.options.scratch.clone().unwrap_or_else(std::env::temp_dir);
+                on_disk = Some(AnswerFile::new(&dir, data.rows(), k)?);
+            }
             Strategy::Partitioned { plan, workers, lists_in_memory } => {
                 let lists_in_memory = options.lists_in_memory.map_or(lists_in_memory, |l| l.clamp(1, lists_in_memory));
                 self.graph_partitioned(data, k, metric, Blocks { plan, workers, lists_in_memory }, sink)?;
@@ -500,7 +519,38 @@ impl Knn {
         crate::trace::mark(|| "validated, mean".into());
         let exclude: Vec<u32> =
             if self.options.include_self { vec![NONE; data.rows()] } else { (0..data.rows() as u32).collect() };
-        self.run(&Task { corpus: data, queries: data, shift, exclude, k, metric, answers }).map(Some)
+        let task = Task { corpus: data, queries: data, shift, exclude, k, metric, answers, on_disk: on_disk.as_ref() };
+        let answer = self.run(&task)?;
+        match &on_disk {
+            None => Ok(Some(answer)),
+            Some(file) => {
+                drop(answer);
+                self.hand_over_from_disk(file, data.rows(), k, metric, sink)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Hands the rows of a graph answered on disk to `sink` in order, a few MiB at a time.
+    fn hand_over_from_disk(
+        &self,
+        file: &AnswerFile,
+        n: usize,
+        k: usize,
+        metric: Metric,
+        sink: &mut RowSink<'_>,
+    ) -> Result<()> {
+        let rows = ((16 << 20) / (k * 8)).clamp(1, n);
+        let (mut indices, mut distances) = (Vec::new(), Vec::new());
+        for first in (0..n).step_by(rows) {
+            let count = rows.min(n - first);
+            file.read_rows(first, count, &mut indices, &mut distances)?;
+            if self.options.include_self && metric != Metric::InnerProduct {
+                put_self_first(first, k, &mut indices, &distances);
+            }
+            sink(first, &mut indices, &mut distances)?;
+        }
+        Ok(())
     }
 
     /// `k` between 1 and the rows a point may list: n - 1, or n with `include_self`.
@@ -593,9 +643,11 @@ impl Knn {
 
     fn run(&self, task: &Task<'_>) -> Result<Neighbors> {
         let (n, nq, d) = (task.corpus.rows(), task.queries.rows(), task.corpus.cols());
-        crate::memory::check_host_memory(n, nq, d, task.k, 0, self.options.max_host_memory)?;
+        if task.on_disk.is_none() {
+            crate::memory::check_host_memory(n, nq, d, task.k, 0, self.options.max_host_memory)?;
+        }
         let mut answer = self.run_any(task)?;
-        if self.options.include_self && task.metric != Metric::InnerProduct {
+        if self.options.include_self && task.metric != Metric::InnerProduct && task.on_disk.is_none() {
             put_self_first(0, answer.k, &mut answer.indices, &answer.distances);
         }
         Ok(answer)
@@ -631,10 +683,10 @@ impl Knn {
         let row_stats = || {
             row_stats.get_or_init(|| {
                 let corpus_stats = prepare::row_stats(corpus, shift, metric);
-                let query_stats =
-                    if same_rows { corpus_stats.clone() } else { prepare::row_stats(queries, shift, metric) };
+                let corpus_max = corpus_stats.max();
+                let query_stats = if same_rows { corpus_stats } else { prepare::row_stats(queries, shift, metric) };
                 crate::trace::mark(|| "row statistics".into());
-                (corpus_stats.max(), query_stats)
+                (corpus_max, query_stats)
             })
         };
         let nq = queries.rows();
@@ -647,6 +699,9 @@ impl Knn {
         let total = nq as u64;
 
         let mut stats = RunStats { prepare_seconds: started.elapsed().as_secs_f64(), ..RunStats::default() };
+        // With the answers on disk: rows whose answers are in memory rather than there.
+        let mut rewritten: Vec<usize> = Vec::new();
+        let ranked_to_disk = std::sync::atomic::AtomicUsize::new(0);
         while !pending.is_empty() {
             stats.rounds += 1;
             if stats.rounds == 2 {
@@ -693,11 +748,22 @@ impl Knn {
                             pending.par_iter().map(|&i| error_bound(facts, i)).collect()
                         })
                     };
+                    // Rows ranked in a tile of the first round go to disk and leave memory at once.
+                    let to_disk = |first: usize, ids: &mut [u32], distances: &mut [f32]| -> Result<()> {
+                        if let Some(file) = task.on_disk {
+                            file.write_rows(first, ids, distances)?;
+                            ranked_to_disk.fetch_add(ids.len() / k, std::sync::atomic::Ordering::Relaxed);
+                            crate::data::release_pages(ids);
+                            crate::data::release_pages(distances);
+                        }
+                        Ok(())
+                    };
                     let certify = Certify {
                         k,
                         error_bounds: &error_bounds,
                         floor_zero: metric != Metric::InnerProduct,
                         answers: &task.answers,
+                        tile_ranked: (task.on_disk.is_some() && stats.rounds == 1).then_some(&to_disk),
                     };
                     retry_smaller(g, || s.candidates(q_view, all_rows, ex_view, kc, Some(&certify), &report))?
                 }
@@ -735,6 +801,16 @@ impl Knn {
                 distances = std::mem::take(&mut r.distances);
             } else if indices.is_empty() {
                 (indices, distances) = task.answers.take(nq * k);
+            }
+            if task.on_disk.is_some() && stats.rounds == 1 {
+                // Rows of the first round that went to disk ranked stay there; the others are
+                // written at the end, as later rounds or the host answer them.
+                let on_disk = |i: usize| {
+                    !cands.failed[i]
+                        && cands.incomplete.get(i) != Some(&true)
+                        && ranked.as_ref().is_some_and(|r| r.found(i).is_some())
+                };
+                rewritten = (0..nq).filter(|&i| !on_disk(i)).collect();
             }
             let mut slot_of = vec![NONE; nq];
             for (slot, &i) in pending.iter().enumerate() {
@@ -808,6 +884,10 @@ impl Knn {
             // ask for more candidates; once kc covers the corpus the answer is complete.
             kc = kc.saturating_mul(4);
         }
+        if let Some(file) = task.on_disk {
+            write_rows_to_disk(file, &rewritten, k, &indices, &distances)?;
+            stats.rows_ranked_to_disk = ranked_to_disk.into_inner();
+        }
         if let Some(p) = &self.options.progress {
             p(total, total);
         }
@@ -840,6 +920,22 @@ struct Task<'a> {
     metric: Metric,
     /// Where the answer is written.
     answers: AnswerMemory,
+    /// Where set, every row's answer is also written here as it is ranked, and the answer's
+    /// arrays hold only the rows being ranked (`Strategy::SingleOnDisk`).
+    on_disk: Option<&'a AnswerFile>,
+}
+
+/// Writes `rows` (ascending) of an answer to `file`, runs of consecutive rows at once.
+fn write_rows_to_disk(file: &AnswerFile, rows: &[usize], k: usize, indices: &[u32], distances: &[f32]) -> Result<()> {
+    let mut at = 0;
+    while at < rows.len() {
+        let first = rows[at];
+        let run = rows[at..].iter().enumerate().take_while(|&(j, &i)| i == first + j).count();
+        let range = first * k..(first + run) * k;
+        file.write_rows(first, &indices[range.clone()], &distances[range])?;
+        at += run;
+    }
+    Ok(())
 }
 
 /// Lends `out`'s arrays to a run, leaving `out` empty until the run's answer replaces it.

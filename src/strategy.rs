@@ -10,6 +10,11 @@ pub(crate) enum Strategy {
     /// The whole data on one engine, which sweeps it plainly, in symmetric blocks or under
     /// bounds (`plan.rs`).
     Single,
+    /// The whole data on one engine that ranks its rows on the device, with the answers
+    /// written to a scratch file as query tiles are ranked and handed to the caller in order
+    /// at the end: for a graph whose answers the host memory limit cannot hold, at the speed
+    /// of [`Strategy::Single`].
+    SingleOnDisk,
     /// Blocks of rows, the blocks with I <= J dealt to the first `workers` engines
     /// (`partition/`); the merged lists of at most `lists_in_memory` blocks of rows are held
     /// at once, and those of later blocks spilled to the scratch directory.
@@ -50,14 +55,25 @@ pub(crate) struct Asked {
     /// Host memory the run may hold, in bytes (`Options::max_host_memory`, else what the
     /// machine has available); `None` where unknown.
     pub memory: Option<u64>,
+    /// The first engine ranks and certifies a whole graph of this problem on its device, so
+    /// that rows can leave host memory as they are ranked.
+    pub ranks_on_device: bool,
+    /// `Options::answers_on_disk` forced on.
+    pub answers_on_disk: bool,
 }
 
 /// Chooses how to compute the graph of `p` on `workers` engines.
 pub(crate) fn choose(p: Problem, workers: usize, asked: Asked) -> Strategy {
     let fits_whole = asked.memory.is_none_or(|m| memory::host_memory_estimate(p.n, p.n, p.d, p.k) <= m);
     let share = workers > 1 && (asked.devices_listed || p.n >= DEFAULT_SHARED_ROWS);
-    if asked.block_rows.is_none() && !share && !asked.checkpoint && fits_whole {
-        return Strategy::Single;
+    if asked.block_rows.is_none() && !share && !asked.checkpoint {
+        let on_disk_fits = asked.memory.is_none_or(|m| memory::on_disk_estimate(p) <= m);
+        if asked.ranks_on_device && (asked.answers_on_disk || !fits_whole) && on_disk_fits {
+            return Strategy::SingleOnDisk;
+        }
+        if fits_whole {
+            return Strategy::Single;
+        }
     }
     let workers = if share { workers } else { 1 };
     let rows = asked.block_rows.unwrap_or_else(|| {
@@ -88,7 +104,15 @@ pub(crate) fn choose(p: Problem, workers: usize, asked: Asked) -> Strategy {
 mod tests {
     use super::*;
 
-    const LISTED: Asked = Asked { block_rows: None, checkpoint: false, devices_listed: true, memory: None };
+    const LISTED: Asked =
+        Asked {
+        block_rows: None,
+        checkpoint: false,
+        devices_listed: true,
+        memory: None,
+        ranks_on_device: false,
+        answers_on_disk: false,
+    };
 
     fn problem(n: usize) -> Problem {
         Problem { n, d: 128, k: 16 }
@@ -97,7 +121,7 @@ mod tests {
     fn partitioned(strategy: Strategy) -> (BlockPlan, usize, usize) {
         match strategy {
             Strategy::Partitioned { plan, workers, lists_in_memory } => (plan, workers, lists_in_memory),
-            Strategy::Single => panic!("not partitioned"),
+            other => panic!("not partitioned: {other:?}"),
         }
     }
 
@@ -139,6 +163,11 @@ mod tests {
         assert!(plan.rows < 1 << 20 && plan.rows >= MIN_BLOCK_ROWS, "{plan:?}");
         assert!(lists >= 2 && lists < plan.count, "{lists} of {} blocks", plan.count);
         assert!(memory::partitioned_estimate(p, plan.rows, 1, lists) <= limit);
+        // An engine that ranks on its device keeps only the rows' statistics.
+        let ranks = Asked { memory: Some(limit), ranks_on_device: true, ..Asked::default() };
+        assert_eq!(choose(p, 1, ranks), Strategy::SingleOnDisk);
+        let too_tight = Asked { memory: Some(memory::on_disk_estimate(p) - 1), ..ranks };
+        assert!(matches!(choose(p, 1, too_tight), Strategy::Partitioned { .. }));
         // With room for everything, every block's lists stay in memory.
         let asked = Asked { memory: Some(1 << 40), checkpoint: true, ..Asked::default() };
         let (plan, _, lists) = partitioned(choose(p, 1, asked));

@@ -577,3 +577,47 @@ fn gpu_partitioned_graphs_on_two_devices() {
     assert_eq!(knn.description().matches("gpu:").count(), 2, "{}", knn.description());
     run_partitioned(&knn, 2, true);
 }
+
+/// Graphs ranked on the GPU whose answers leave memory for a scratch file tile by tile and
+/// come back in order, later rounds included: with subgroups where the adapter has them, and
+/// without. Devices without float64 do not rank on the device and keep the answers in memory.
+#[test]
+fn gpu_graphs_with_answers_on_disk() {
+    let adapter = std::env::var("KNNG_TEST_ADAPTER").ok();
+    let options = |no_subgroups| Options {
+        backend: Backend::Gpu,
+        adapter: adapter.clone(),
+        no_subgroups,
+        answers_on_disk: Some(true),
+        // Several query tiles a graph, each handed over on its own, after a symmetric sweep
+        // wherever one fits.
+        max_query_tile: Some(64),
+        symmetric_graphs: Some(true),
+        ..Options::default()
+    };
+    let engines = [gpu_engine(options(false)), gpu_engine(options(true))];
+    assert!(engines[1].is_some(), "the workgroup select runs on every adapter");
+    for knn in engines.iter().flatten() {
+        let ranks = knn.description().contains("f64 re-ranking");
+        let runs = run_cases(knn, partitioned_cases(), false, false);
+        for stats in &runs {
+            assert_eq!(stats.blocks, 0, "partitioned: {stats:?}");
+            assert_eq!(stats.rows_ranked_to_disk > 0, ranks, "answers to disk: {ranks} expected: {stats:?}");
+        }
+        if ranks {
+            assert!(runs.iter().any(|s| s.rounds > 1), "no graph on disk took a later round");
+            assert!(runs.iter().any(|s| s.rows_in_symmetric_blocks > 0), "no graph on disk was swept symmetrically");
+        }
+        let case = partitioned_cases().pop().expect("the duplicates case comes last");
+        let whole = knn.graph(case.corpus.view(), case.k, case.metric).unwrap();
+        let mut streamed = knng::Neighbors { queries: case.corpus.rows(), k: case.k, ..Default::default() };
+        knn.graph_streamed(case.corpus.view(), case.k, case.metric, &mut |rows| {
+            assert_eq!(rows.first * case.k, streamed.indices.len(), "rows handed over out of order");
+            streamed.indices.extend_from_slice(rows.indices);
+            streamed.distances.extend_from_slice(rows.distances);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(streamed, whole);
+    }
+}

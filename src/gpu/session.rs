@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, TilePlan};
 use crate::prepare;
-use crate::refine::{found, order_ties_by_index, BackendRanked, Candidates, Certify, NONE};
+use crate::refine::{found, order_ties_by_index, BackendRanked, Candidates, Certify, TileRanked, NONE};
 
 /// Query tiles a round may be cut into so that it runs in the buffers already allocated
 /// (`TileBuffers::new`); below this it allocates its own.
@@ -80,19 +80,34 @@ impl GpuEngine {
         if let Some(buffers) = cached.filter(|b| b.shape == (rows, cols) && b.plan == plan) {
             return Ok(buffers);
         }
-        let raw_bytes = (rows * cols * 4) as u64;
-        // Exact re-ranking on the GPU needs the original rows in one binding, beside the
-        // prepared ones, within the budget.
-        let keep_raw = self.refine.is_some()
-            && plan.chunk_rows >= rows
-            && raw_bytes <= self.max_binding
-            && raw_bytes + rows as u64 * plan::prepared_row_bytes(cols) <= self.budget().budget / 2;
+        let keep_raw = self.keeps_raw_rows(rows, cols, plan);
         let prepared = (0..rows)
             .step_by(plan.chunk_rows)
             .map(|first| self.prepared_rows(first, plan.chunk_rows.min(rows - first), cols))
             .collect::<Result<_>>()?;
         let raw = keep_raw.then(|| self.raw_rows(rows, cols)).transpose()?;
         Ok(CorpusBuffers { shape: (rows, cols), plan, prepared, raw, staged: None })
+    }
+
+    /// Exact re-ranking on the GPU needs the original rows in one binding, beside the
+    /// prepared ones, within the budget.
+    fn keeps_raw_rows(&self, rows: usize, cols: usize, plan: CorpusPlan) -> bool {
+        let raw_bytes = (rows * cols * 4) as u64;
+        self.refine.is_some()
+            && plan.chunk_rows >= rows
+            && raw_bytes <= self.max_binding
+            && raw_bytes + rows as u64 * plan::prepared_row_bytes(cols) <= self.budget().budget / 2
+    }
+
+    /// Whether the graph of `rows x cols` data is ranked and certified on the device (its
+    /// corpus resident, its original rows beside the prepared ones), so that the host receives
+    /// only answers, tile by tile.
+    pub fn ranks_graph_on_device(&self, rows: usize, cols: usize) -> bool {
+        rows > 0
+            && cols > 0
+            && self.certify.is_some()
+            && plan::plan_corpus(rows, cols, self.budget())
+                .is_ok_and(|plan| plan.resident && self.keeps_raw_rows(rows, cols, plan))
     }
 
     fn prepared_rows(&self, first: usize, rows: usize, cols: usize) -> Result<PreparedRows> {
@@ -788,6 +803,7 @@ impl CorpusSession<'_> {
                 *shortlisted += rows_shortlisted;
                 Ok(())
             };
+            let tile_ranked = certify.and_then(|c| c.tile_ranked);
             let start_reader = |(t, read, mapping): (usize, TileRead, Option<Mapping>), part| -> Result<_> {
                 let staging = &buffers.staging[t % slots];
                 let started = std::time::Instant::now();
@@ -798,7 +814,7 @@ impl CorpusSession<'_> {
                 crate::trace::mark(|| format!("rows {}..{} mapped", read.q0, read.q0 + read.rows));
                 let b = &buffers;
                 Ok(scope.spawn(move || {
-                    let rows_shortlisted = read.copy_out(gpu, b, staging, part)?;
+                    let rows_shortlisted = read.copy_out(gpu, b, staging, part, tile_ranked)?;
                     crate::trace::mark(|| format!("rows {}..{} copied out", read.q0, read.q0 + read.rows));
                     Ok((read.q0 + read.rows, rows_shortlisted))
                 }))
@@ -1379,14 +1395,22 @@ struct TileRead {
 
 impl TileRead {
     /// Copies the tile's results out of `staging` into its part of the candidates and unmaps
-    /// it. Returns how many of its rows took a shortlist.
-    fn copy_out(&self, gpu: &GpuEngine, b: &TileBuffers, staging: &wgpu::Buffer, out: TileOut<'_>) -> Result<usize> {
+    /// it, then hands ranked rows to `tile_ranked`. Returns how many of its rows took a
+    /// shortlist.
+    fn copy_out(
+        &self,
+        gpu: &GpuEngine,
+        b: &TileBuffers,
+        staging: &wgpu::Buffer,
+        mut out: TileOut<'_>,
+        tile_ranked: Option<&TileRanked<'_>>,
+    ) -> Result<usize> {
         let started = std::time::Instant::now();
         let TileRead { rows, kc, ranked, .. } = *self;
         let mut shortlisted = 0;
         read_mapped(staging, |bytes| {
             let at = |offset: u64, len: usize| &bytes[offset as usize..offset as usize + len];
-            let flags_at = match (&b.certify, out.ranked) {
+            let flags_at = match (&b.certify, out.ranked.as_mut()) {
                 (Some(cb), Some((out_ids, out_distances, out_status))) if ranked => {
                     // Straight into the output's form, on every core: the GPU reported the
                     // distances; rows of one distance are listed by index here.
@@ -1447,6 +1471,9 @@ impl TileRead {
             }
         })?;
         gpu.add_transfer_time(started);
+        if let (Some(hand_over), Some((ids, distances, _)), true) = (tile_ranked, out.ranked.as_mut(), ranked) {
+            hand_over(self.q0, ids, distances)?;
+        }
         Ok(shortlisted)
     }
 }

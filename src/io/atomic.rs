@@ -140,6 +140,18 @@ impl Partial {
         fill(&mut self.sink).map_err(|e| Error::io(&self.dest, e))
     }
 
+    /// The file itself, for reads and writes at chosen offsets (`FileExt`), with what was
+    /// written through the buffer flushed; errors of such I/O should name [`Partial::dest`].
+    pub(crate) fn file(&mut self) -> Result<&File> {
+        self.sink.flush().map_err(|e| Error::io(&self.dest, e))?;
+        Ok(self.sink.get_ref())
+    }
+
+    /// The path the file stands for, for error messages.
+    pub(crate) fn dest(&self) -> &Path {
+        &self.dest
+    }
+
     /// Everything written so far, read from the start.
     pub(crate) fn read_back(&mut self) -> Result<BufReader<&File>> {
         self.sink.flush().map_err(|e| Error::io(&self.dest, e))?;
