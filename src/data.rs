@@ -8,13 +8,16 @@ pub struct MatrixRef<'a> {
     data: &'a [f32],
     rows: usize,
     cols: usize,
+    /// The values lie in a read-only map of a file, whose pages can be given back to the
+    /// page cache once read ([`MatrixRef::release_rows`]).
+    file_mapped: bool,
 }
 
 impl<'a> MatrixRef<'a> {
     /// Views `data` as `rows x cols`, row-major. Fails if the length does not match.
     pub fn new(data: &'a [f32], rows: usize, cols: usize) -> Result<Self> {
         match rows.checked_mul(cols) {
-            Some(len) if len == data.len() => Ok(MatrixRef { data, rows, cols }),
+            Some(len) if len == data.len() => Ok(MatrixRef { data, rows, cols, file_mapped: false }),
             _ => Err(Error::arg(
                 "data",
                 format!("{} values cannot be viewed as {rows} rows x {cols} columns", data.len()),
@@ -40,7 +43,53 @@ impl<'a> MatrixRef<'a> {
     /// Rows `range`, a view of the same memory.
     pub fn slice_rows(&self, range: std::ops::Range<usize>) -> MatrixRef<'a> {
         let data = &self.data[range.start * self.cols..range.end * self.cols];
-        MatrixRef { data, rows: range.len(), cols: self.cols }
+        MatrixRef { data, rows: range.len(), cols: self.cols, file_mapped: self.file_mapped }
+    }
+
+    /// Marks the values as a read-only, shared map of a file.
+    ///
+    /// # Safety
+    /// `data` must lie in a read-only shared file mapping (`memmap2::Mmap`) that outlives
+    /// the view: [`MatrixRef::release_rows`] drops its pages, which is harmless there and
+    /// would zero memory of any other kind.
+    pub(crate) unsafe fn file_mapped(self) -> Self {
+        MatrixRef { file_mapped: true, ..self }
+    }
+
+    /// Gives the whole pages of rows `range` back to the page cache where the values are
+    /// a file map, so that a pass over data larger than the memory limit does not keep it
+    /// resident; later reads fault them in again. Does nothing for values in memory.
+    pub(crate) fn release_rows(&self, range: std::ops::Range<usize>) {
+        #[cfg(target_os = "linux")]
+        if self.file_mapped && !range.is_empty() {
+            let bytes: &[u8] = bytemuck::cast_slice(&self.data[range.start * self.cols..range.end * self.cols]);
+            let page = 4096;
+            let first = bytes.as_ptr() as usize;
+            let (start, end) = (first.next_multiple_of(page), (first + bytes.len()) / page * page);
+            if end > start {
+                // SAFETY: whole pages of a read-only shared file map (`file_mapped`): the
+                // kernel unmaps them and later reads see the file's contents again.
+                unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = range;
+    }
+
+    /// Runs `pass` over blocks of about `BLOCK_BYTES` of rows in order, each block's first
+    /// row and rows, releasing the block's pages after it (see [`MatrixRef::release_rows`]).
+    pub(crate) fn in_blocks<T>(&self, mut pass: impl FnMut(usize, MatrixRef<'a>) -> T) -> Vec<T> {
+        const BLOCK_BYTES: usize = 16 << 20;
+        let rows = (BLOCK_BYTES / (self.cols * 4).max(1)).clamp(1, self.rows.max(1));
+        (0..self.rows)
+            .step_by(rows)
+            .map(|first| {
+                let range = first..(first + rows).min(self.rows);
+                let out = pass(first, self.slice_rows(range.clone()));
+                self.release_rows(range);
+                out
+            })
+            .collect()
     }
 
     /// Row `i`.
@@ -80,7 +129,7 @@ impl Matrix {
 
     /// Borrows the matrix.
     pub fn view(&self) -> MatrixRef<'_> {
-        MatrixRef { data: &self.data, rows: self.rows, cols: self.cols }
+        MatrixRef { data: &self.data, rows: self.rows, cols: self.cols, file_mapped: false }
     }
 
     /// Number of rows (vectors).

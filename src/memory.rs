@@ -45,9 +45,9 @@ pub(crate) fn partitioned_estimate(p: Problem, block_rows: usize, workers: usize
 /// the query tiles being copied out.
 pub(crate) fn on_disk_estimate(p: Problem) -> u64 {
     const PER_ROW: u128 = 4 + 8 + 4 + 8 + 8 + 4 + 2 + 8;
-    const TILES_IN_FLIGHT: u128 = 4 * 65536;
+    const TILE_ROWS_IN_FLIGHT: u128 = 1 << 17;
     let (n, k) = (p.n as u128, p.k as u128);
-    (n * PER_ROW + TILES_IN_FLIGHT * k * 8).min(u64::MAX as u128) as u64
+    (n * PER_ROW + n.min(TILE_ROWS_IN_FLIGHT) * k * 8).min(u64::MAX as u128) as u64
 }
 
 /// Host memory this process may still allocate, in bytes: the kernel's estimate of available

@@ -58,29 +58,28 @@ pub(crate) fn validate_corpus(what: &'static str, corpus: MatrixRef<'_>, metric:
     check_shape(what, corpus)?;
     let d = corpus.cols();
     let centre = centred(metric);
-    let (first_bad, sums) = (0..corpus.rows())
-        .into_par_iter()
-        .fold(
-            || (usize::MAX, vec![0.0f64; if centre { d } else { 0 }]),
-            |(first_bad, mut acc), i| {
-                let row = corpus.row(i);
-                for (a, &v) in acc.iter_mut().zip(row) {
-                    *a += v as f64;
-                }
-                // A fold sees its rows in increasing order: its first bad row is its least.
-                let bad = first_bad == usize::MAX && bad_row(row, metric);
-                (if bad { i } else { first_bad }, acc)
-            },
-        )
-        .reduce(
-            || (usize::MAX, vec![0.0f64; if centre { d } else { 0 }]),
-            |(bad_a, mut a), (bad_b, b)| {
-                for (x, y) in a.iter_mut().zip(b) {
-                    *x += y;
-                }
-                (bad_a.min(bad_b), a)
-            },
-        );
+    let zeros = || vec![0.0f64; if centre { d } else { 0 }];
+    // Block by block, so that a mapped input larger than memory is not all resident at once.
+    let (first_bad, sums) = corpus
+        .in_blocks(|first, block| {
+            (0..block.rows())
+                .into_par_iter()
+                .fold(
+                    || (usize::MAX, zeros()),
+                    |(first_bad, mut acc), i| {
+                        let row = block.row(i);
+                        for (a, &v) in acc.iter_mut().zip(row) {
+                            *a += v as f64;
+                        }
+                        // A fold sees its rows in increasing order: its first bad row is its least.
+                        let bad = first_bad == usize::MAX && bad_row(row, metric);
+                        (if bad { first + i } else { first_bad }, acc)
+                    },
+                )
+                .reduce(|| (usize::MAX, zeros()), add_sums)
+        })
+        .into_iter()
+        .fold((usize::MAX, zeros()), add_sums);
     if first_bad != usize::MAX {
         return Err(row_error(what, corpus, first_bad, metric));
     }
@@ -166,7 +165,17 @@ pub(crate) fn prepare_row(row: &[f32], shift: &[f32], metric: Metric, out: &mut 
 
 /// The float64 norm of each row, for cosine keys computed from one sum on the GPU.
 pub(crate) fn row_norms(m: MatrixRef<'_>) -> Vec<f64> {
-    (0..m.rows()).into_par_iter().map(|i| norm(m.row(i))).collect()
+    let mut norms = Vec::with_capacity(m.rows());
+    m.in_blocks(|_, block| norms.par_extend((0..block.rows()).into_par_iter().map(|i| norm(block.row(i)))));
+    norms
+}
+
+/// Sums of two parts of the rows: the first bad row of either, and the column sums.
+fn add_sums((bad_a, mut a): (usize, Vec<f64>), (bad_b, b): (usize, Vec<f64>)) -> (usize, Vec<f64>) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x += y;
+    }
+    (bad_a.min(bad_b), a)
 }
 
 /// |row| in float64.
@@ -177,10 +186,10 @@ fn norm(row: &[f32]) -> f64 {
 /// The float64 statistics of each row (see [`RowStats::scale`]).
 pub(crate) fn row_stats(m: MatrixRef<'_>, shift: &[f32], metric: Metric) -> RowStats {
     let d = m.cols();
-    let scale = (0..m.rows())
-        .into_par_iter()
-        .map(|i| {
-            let row = m.row(i);
+    let mut scale = Vec::with_capacity(m.rows());
+    m.in_blocks(|_, block| {
+        scale.par_extend((0..block.rows()).into_par_iter().map(|i| {
+            let row = block.row(i);
             match metric {
                 Metric::Euclidean | Metric::SqEuclidean => {
                     row.iter().zip(shift).map(|(&v, &s)| (v as f64 - s as f64).powi(2)).sum::<f64>()
@@ -198,8 +207,8 @@ pub(crate) fn row_stats(m: MatrixRef<'_>, shift: &[f32], metric: Metric) -> RowS
                     3.0 * gamma(d + 4) * (1.0 + raw / centred)
                 }
             }
-        })
-        .collect();
+        }))
+    });
     RowStats { scale }
 }
 

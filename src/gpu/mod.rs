@@ -708,9 +708,14 @@ impl GpuEngine {
     /// Writes `bytes` at the start of `buffer`; the copy to the GPU runs before the next
     /// submission's work.
     fn write(&self, buffer: &wgpu::Buffer, label: &str, bytes: &[u8]) -> Result<()> {
+        self.write_at(buffer, 0, label, bytes)
+    }
+
+    /// Writes `bytes` at byte `offset` of `buffer`, as [`Self::write`].
+    fn write_at(&self, buffer: &wgpu::Buffer, offset: u64, label: &str, bytes: &[u8]) -> Result<()> {
         if bytes.len() <= UPLOAD_PART {
             if !bytes.is_empty() {
-                self.ctx.queue.write_buffer(buffer, 0, bytes);
+                self.ctx.queue.write_buffer(buffer, offset, bytes);
             }
             return Ok(());
         }
@@ -724,7 +729,7 @@ impl GpuEngine {
         for (g, bytes) in bytes.chunks(group).enumerate() {
             let written = bytes.par_chunks(UPLOAD_PART).enumerate().all(|(i, part)| {
                 let size = wgpu::BufferSize::new(part.len() as u64).expect("parts are not empty");
-                let at = (g * group + i * UPLOAD_PART) as u64;
+                let at = offset + (g * group + i * UPLOAD_PART) as u64;
                 match self.ctx.queue.write_buffer_with(buffer, at, size) {
                     Some(mut view) => {
                         view.copy_from_slice(part);

@@ -53,7 +53,14 @@ impl GpuEngine {
         if plan.resident {
             let mut buffers = self.corpus_buffers(rows, cols, plan)?;
             if let Some(raw) = &buffers.raw {
-                self.write(raw, "corpus", bytemuck::cast_slice(corpus.as_slice()))?;
+                // Block by block, so that a mapped input is not all resident at once.
+                let row_bytes = (cols * 4) as u64;
+                corpus
+                    .in_blocks(|first, block| {
+                        self.write_at(raw, first as u64 * row_bytes, "corpus", bytemuck::cast_slice(block.as_slice()))
+                    })
+                    .into_iter()
+                    .collect::<Result<()>>()?;
                 buffers.staged = Some(Staged::of(corpus, caller));
             }
             *self.corpus_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(buffers);

@@ -92,7 +92,8 @@ impl Mapped {
         }
         let bytes = self.map.get(self.base..self.base + self.rows * self.row_bytes)?;
         let values: &[f32] = bytemuck::try_cast_slice(bytes).ok()?;
-        MatrixRef::new(values, self.rows, self.cols).ok()
+        // SAFETY: `map_file` maps the file shared and read-only, and `self` holds the map.
+        MatrixRef::new(values, self.rows, self.cols).ok().map(|m| unsafe { m.file_mapped() })
     }
 
     pub(crate) fn read_rows(&self, range: Range<usize>) -> Result<Matrix> {

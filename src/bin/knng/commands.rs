@@ -231,6 +231,9 @@ fn finish(engine: &EngineArgs, knn: &Knn, summary: String, rows: usize, elapsed:
     if stats.bytes_spilled > 0 {
         widened += &format!(", {} of lists spilled to disk", in_mib(stats.bytes_spilled));
     }
+    if stats.rows_ranked_to_disk > 0 {
+        widened += ", answers held on disk until written";
+    }
     engine.status(format!(
         "{summary} in {} ({:.0} rows/s{widened}); wrote {}",
         seconds(elapsed),
