@@ -32,6 +32,27 @@ impl Engine {
         }
     }
 
+    /// The most rows of a graph's block, fewer than `rows`, that this engine ranks on its
+    /// device where it cannot rank all `rows x cols` (`None`: it can, or it ranks none, or
+    /// it is the CPU).
+    pub fn device_block_rows(&self, rows: usize, cols: usize) -> Option<usize> {
+        let ranks = |r: usize| self.ranks_graph_on_device(r, cols);
+        if rows == 0 || ranks(rows) || !ranks(1) {
+            return None;
+        }
+        // Ranking fits fewer rows whenever it fits more: the largest that fits, by bisection.
+        let (mut fits, mut too_many) = (1, rows);
+        while too_many - fits > 1 {
+            let mid = fits + (too_many - fits) / 2;
+            if ranks(mid) {
+                fits = mid;
+            } else {
+                too_many = mid;
+            }
+        }
+        Some(fits)
+    }
+
     /// The `kc` best fp32 candidates of each row of `queries` among the rows of `corpus`,
     /// prepared with the whole data's `shift`, so that keys of different corpora compare.
     /// `queries_are_corpus`: the queries are the corpus rows themselves, in order, which a

@@ -499,6 +499,7 @@ impl Knn {
             ranks_on_device: options.answers_on_disk != Some(false)
                 && self.engine.ranks_graph_on_device(data.rows(), data.cols()),
             answers_on_disk: options.answers_on_disk == Some(true),
+            device_rows: self.engine.device_block_rows(data.rows(), data.cols()),
         };
         let problem = Problem { n: data.rows(), d: data.cols(), k };
         let mut on_disk = None;

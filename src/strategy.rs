@@ -35,6 +35,10 @@ const MIN_BLOCK_ROWS: usize = 256;
 /// two, which compute the off-diagonal keys twice (notes/partition.md).
 const DEFAULT_SHARED_ROWS: usize = 1 << 20;
 
+/// Fewest rows of a block cut to fit the device: below it, per-job costs outweigh ranking
+/// on the device, and the whole data streamed through it is the better choice.
+const MIN_DEVICE_BLOCK_ROWS: usize = 4096;
+
 /// The graph to plan: `n` rows of `d` values, `k` neighbours a row.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Problem {
@@ -60,26 +64,34 @@ pub(crate) struct Asked {
     pub ranks_on_device: bool,
     /// `Options::answers_on_disk` forced on.
     pub answers_on_disk: bool,
+    /// Most rows of a block that the first engine keeps on its device with what it needs to
+    /// rank them there, where that is fewer than the data's; `None` for any number (the
+    /// CPU, or a device that holds the whole data).
+    pub device_rows: Option<usize>,
 }
 
 /// Chooses how to compute the graph of `p` on `workers` engines.
 pub(crate) fn choose(p: Problem, workers: usize, asked: Asked) -> Strategy {
     let fits_whole = asked.memory.is_none_or(|m| memory::host_memory_estimate(p.n, p.n, p.d, p.k) <= m);
     let share = workers > 1 && (asked.devices_listed || p.n >= DEFAULT_SHARED_ROWS);
+    // Data that the device cannot rank whole is cut into blocks that it can.
+    let device_rows = asked.device_rows.filter(|&r| r < p.n && r >= MIN_DEVICE_BLOCK_ROWS);
     if asked.block_rows.is_none() && !share && !asked.checkpoint {
         let on_disk_fits = asked.memory.is_none_or(|m| memory::on_disk_estimate(p) <= m);
         if asked.ranks_on_device && (asked.answers_on_disk || !fits_whole) && on_disk_fits {
             return Strategy::SingleOnDisk;
         }
-        if fits_whole {
+        if fits_whole && device_rows.is_none() {
             return Strategy::Single;
         }
     }
     let workers = if share { workers } else { 1 };
     let rows = asked.block_rows.unwrap_or_else(|| {
         // Two blocks a worker at least, so that there are more jobs (P (P + 1) / 2) than
-        // workers; smaller blocks where the memory limit asks for them.
-        let blocks = (2 * workers).max(p.n.div_ceil(DEFAULT_BLOCK_ROWS));
+        // workers; blocks the device ranks; smaller blocks where the memory limit asks.
+        let blocks = (2 * workers)
+            .max(p.n.div_ceil(DEFAULT_BLOCK_ROWS))
+            .max(device_rows.map_or(1, |r| p.n.div_ceil(r)));
         let mut rows = p.n.div_ceil(blocks);
         while rows > MIN_BLOCK_ROWS
             && asked.memory.is_some_and(|m| memory::partitioned_estimate(p, rows, workers, 2) > m)
@@ -112,6 +124,7 @@ mod tests {
         memory: None,
         ranks_on_device: false,
         answers_on_disk: false,
+        device_rows: None,
     };
 
     fn problem(n: usize) -> Problem {
@@ -151,6 +164,24 @@ mod tests {
         let asked = Asked { checkpoint: true, ..Asked::default() };
         let (plan, workers, _) = partitioned(choose(problem(100_000), 4, asked));
         assert_eq!((plan.count, workers), (2, 1));
+    }
+
+    #[test]
+    fn data_the_device_cannot_rank_whole_takes_blocks_it_can() {
+        let p = Problem { n: 1 << 18, d: 4096, k: 512 };
+        let asked = Asked { device_rows: Some(100_000), ..Asked::default() };
+        let (plan, workers, _) = partitioned(choose(p, 1, asked));
+        assert_eq!((plan.count, workers), (3, 1));
+        assert!(plan.rows <= 100_000, "{plan:?}");
+        // Blocks the device holds whole are no reason to cut, nor are very small ones.
+        let whole = Asked { device_rows: Some(1 << 18), ..Asked::default() };
+        assert_eq!(choose(p, 1, whole), Strategy::Single);
+        let tiny = Asked { device_rows: Some(MIN_DEVICE_BLOCK_ROWS - 1), ..Asked::default() };
+        assert_eq!(choose(p, 1, tiny), Strategy::Single);
+        // Several devices take blocks of at most that size too.
+        let (plan, workers, _) = partitioned(choose(p, 4, Asked { devices_listed: true, ..asked }));
+        assert_eq!(workers, 4);
+        assert!(plan.rows <= 100_000 && plan.count >= 8, "{plan:?}");
     }
 
     #[test]
