@@ -81,21 +81,22 @@ pub(crate) fn graph(
     let kc = initial_candidates(task.k).min(task.available()).max(task.k);
     let mut run = Run::new(task, &row_stats, kc, jobs.len());
     run.spill = task.scratch.as_deref().map(|dir| Spill::new(dir, kc));
-    let mut todo: Vec<Job> = jobs.clone();
+    let mut resumed = vec![false; jobs.len()];
     if let Some(c) = checkpoint {
         let done = c.finished(&jobs);
         stats.blocks_resumed = done.len();
         for job in done {
             run.block_done(jobs[job], c.load(jobs[job], kc)?)?;
-            todo.retain(|&j| j != jobs[job]);
+            resumed[job] = true;
         }
     }
+    let todo = jobs.iter().zip(&resumed).filter(|&(_, &done)| !done).map(|(&job, _)| job);
     stats.blocks = jobs.len();
     resuming(jobs.len(), stats.blocks_resumed);
     run.report(progress);
     run.emit(sink)?;
     let mut work: Vec<Work> = std::mem::take(&mut run.new_work);
-    work.extend(todo.into_iter().map(Work::Block));
+    work.extend(todo.map(Work::Block));
 
     let execute = |engine: &Engine, work: &Work| match work {
         Work::Block(job) => block_lists(engine, task, kc, *job),
