@@ -6,10 +6,7 @@
 # run whose data is 8x --gpu-memory. Carry `.gl` and a binary built without HDF5 (KNNG=path,
 # default target/device/knng).
 set -uo pipefail
-for f in .gl/*.deb; do dpkg -x "$f" /; done
-ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+source "$(dirname "$0")/device_env.sh"
 K=${KNNG:-./target/device/knng}
 $K info | grep -E '^\[[0-9]+\]' | tee /tmp/adapters
 grep -q NVIDIA /tmp/adapters || { echo "no NVIDIA adapter: stopping"; exit 1; }

@@ -4,10 +4,7 @@
 # without HDF5 (KNNG=path, default target/device/knng).
 #   bash scripts/partition_bench.sh [SIZES...]   (default sizes: 1048576 2097152)
 set -uo pipefail
-for f in .gl/*.deb; do dpkg -x "$f" /; done
-ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+source "$(dirname "$0")/device_env.sh"
 K=${KNNG:-./target/device/knng}
 info=$($K info)
 echo "$info" | grep -E '^\[[0-9]+\]'

@@ -3,10 +3,7 @@
 # the device machine: unbounded, under --max-memory 64MiB, and in blocks of 65536 rows.
 # Carry `.gl` and a binary built without HDF5 at target/device/knng.
 set -uo pipefail
-for f in .gl/*.deb; do dpkg -x "$f" /; done
-ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+source "$(dirname "$0")/device_env.sh"
 K=./target/device/knng
 $K info | grep -E '^\[[0-9]+\]'
 W=/tmp/probe; mkdir -p $W/scratch
