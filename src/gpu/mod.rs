@@ -31,7 +31,6 @@ use wgpu::util::DeviceExt;
 use crate::error::{Error, Result};
 use crate::metric::Metric;
 use crate::plan::{self, DeviceBudget, WIDE_ROWS};
-use crate::search::Options;
 
 pub(crate) use context::identical_gpus;
 use context::Context;
@@ -321,6 +320,32 @@ struct BoundedKernels {
     short_select: Kernel,
 }
 
+/// What a caller chooses of a GPU engine: its adapter, features, budget and tile shapes.
+#[derive(Clone, Debug)]
+pub(crate) struct GpuSettings {
+    /// The adapter's index or part of its name; `None`: the preferred one.
+    pub adapter: Option<String>,
+    /// Select and merge without subgroup operations even where the adapter has them.
+    pub no_subgroups: bool,
+    /// Time every kernel with timestamp queries ([`GpuEngine::take_profile`]).
+    pub profile: bool,
+    /// Depth of the distance kernel's workgroup tiles (default `TILE_K`).
+    pub distance_tile_depth: Option<u32>,
+    /// Bytes the engine may allocate (default: by the adapter's kind).
+    pub memory_budget: Option<u64>,
+    /// Cap on workgroups per dispatch dimension (default: the adapter's limit).
+    pub max_workgroups_per_dimension: Option<u32>,
+    /// Cap on corpus rows per distance tile.
+    pub max_column_tile: Option<usize>,
+    /// Cap on query rows per query tile.
+    pub max_query_tile: Option<usize>,
+    /// Symmetric blocks for graphs: forced on or off, or `None` for the planner's choice.
+    pub symmetric_graphs: Option<bool>,
+    /// Bounded sweeps for graphs with long lists: forced on or off, or `None` for the
+    /// planner's choice.
+    pub bounded_sweeps: Option<bool>,
+}
+
 pub(crate) struct GpuEngine {
     ctx: Context,
     norms: Kernel,
@@ -478,12 +503,15 @@ const RO: Slot = Slot::Storage { read_only: true };
 const RW: Slot = Slot::Storage { read_only: false };
 
 impl GpuEngine {
-    pub fn new(options: &Options, hardware_only: bool) -> Result<Self> {
+    pub fn new(settings: &GpuSettings, hardware_only: bool) -> Result<Self> {
         let (_instance, adapters) = context::discover();
-        let chosen =
-            context::choose_adapter(&adapters, options.adapter.as_deref(), hardware_only && options.adapter.is_none())?;
-        let ctx = Context::open(&adapters[chosen], !options.no_subgroups, options.profile)?;
-        let depth = options.distance_tile_depth.unwrap_or(TILE_K);
+        let chosen = context::choose_adapter(
+            &adapters,
+            settings.adapter.as_deref(),
+            hardware_only && settings.adapter.is_none(),
+        )?;
+        let ctx = Context::open(&adapters[chosen], !settings.no_subgroups, settings.profile)?;
+        let depth = settings.distance_tile_depth.unwrap_or(TILE_K);
         // Each depth holds one padded row of vec4s per operand (QS, CS in distance.wgsl).
         let tile_bytes = depth * (TILE_M / 4 + 1 + TILE_N / 4 + 1) * 16;
         if ![4, 8, 16, MAX_TILE_K].contains(&depth) || tile_bytes > ctx.limits.max_compute_workgroup_storage_size {
@@ -540,7 +568,7 @@ impl GpuEngine {
         let max_binding = ctx.limits.max_storage_buffer_binding_size.min(ctx.limits.max_buffer_size);
         let default_budget =
             if ctx.info.device_type == wgpu::DeviceType::DiscreteGpu { DISCRETE_BUDGET } else { DEFAULT_BUDGET };
-        let budget = options.memory_budget.unwrap_or(default_budget).into();
+        let budget = settings.memory_budget.unwrap_or(default_budget).into();
         let profiler = if ctx.timestamps {
             let capacity = 4096;
             Some(Profiler {
@@ -564,7 +592,7 @@ impl GpuEngine {
             None
         };
         let mut max_groups = ctx.limits.max_compute_workgroups_per_dimension.max(1);
-        if let Some(m) = options.max_workgroups_per_dimension {
+        if let Some(m) = settings.max_workgroups_per_dimension {
             max_groups = max_groups.min(m.max(1));
         }
         // certify.wgsl sorts a row's keys and indices in workgroup memory, beside two
@@ -615,11 +643,11 @@ impl GpuEngine {
             certify,
             profiler,
             max_groups,
-            symmetric_graphs: options.symmetric_graphs,
-            bounded_sweeps: options.bounded_sweeps,
+            symmetric_graphs: settings.symmetric_graphs,
+            bounded_sweeps: settings.bounded_sweeps,
             tile_caps: plan::TileCaps {
-                column: options.max_column_tile.unwrap_or(usize::MAX).max(1),
-                query: options.max_query_tile.unwrap_or(usize::MAX).max(1),
+                column: settings.max_column_tile.unwrap_or(usize::MAX).max(1),
+                query: settings.max_query_tile.unwrap_or(usize::MAX).max(1),
             },
             tile_cache: Default::default(),
             corpus_cache: Default::default(),
