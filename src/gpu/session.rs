@@ -7,16 +7,17 @@ use std::collections::VecDeque;
 
 use rayon::prelude::*;
 
-use super::{
-    bind_group, bind_group_at, bind_group_ranges, gemm_tiles, grid, metric_modes, publishing_groups, read_mapped,
-    refine_group, reported_as, scalar_refine_group, CertifyParams, DistanceParams, GpuEngine, Job, Mapping,
-    NormsParams, ParamSlots, PreparedRows, RefineParams, SelectParams, Step, AUX_NAMES, GROUPED_ROWS, MAX_CERTIFY_KC,
-    PARAM_SLOT, REFINE_WG, WIDE_MERGE_KC, WIDE_ROWS,
+use super::engine::GpuEngine;
+use super::kernels::{
+    bind_group, bind_group_at, bind_group_ranges, exact_keys_dispatch, gemm_tiles, grid, metric_modes,
+    publishing_groups, refine_mode, reported_as, CertifyParams, DistanceParams, Job, NormsParams, ParamSlots,
+    RefineParams, SelectParams, Step, AUX_NAMES, GROUPED_ROWS, MAX_CERTIFY_KC, PARAM_SLOT, WIDE_MERGE_KC,
 };
+use super::transfer::{read_mapped, Mapping};
 use crate::data::{stream_copy, zeroed_answers, MatrixRef};
 use crate::error::Result;
 use crate::metric::Metric;
-use crate::plan::{self, CorpusPlan, TilePlan};
+use crate::plan::{self, CorpusPlan, TilePlan, WIDE_ROWS};
 use crate::prepare;
 use crate::refine::{found, order_ties_by_index, BackendRanked, Candidates, Certify, TileRanked, NONE};
 
@@ -100,7 +101,7 @@ impl GpuEngine {
     /// prepared ones, within the budget.
     fn keeps_raw_rows(&self, rows: usize, cols: usize, plan: CorpusPlan) -> bool {
         let raw_bytes = (rows * cols * 4) as u64;
-        self.refine.is_some()
+        self.kernels.refine.is_some()
             && plan.chunk_rows >= rows
             && raw_bytes <= self.max_binding
             && raw_bytes + rows as u64 * plan::prepared_row_bytes(cols) <= self.budget().budget / 2
@@ -112,7 +113,7 @@ impl GpuEngine {
     pub fn ranks_graph_on_device(&self, rows: usize, cols: usize) -> bool {
         rows > 0
             && cols > 0
-            && self.certify.is_some()
+            && self.kernels.certify.is_some()
             && plan::plan_corpus(rows, cols, self.budget())
                 .is_ok_and(|plan| plan.resident && self.keeps_raw_rows(rows, cols, plan))
     }
@@ -157,6 +158,14 @@ impl GpuEngine {
         }
         Ok(session)
     }
+}
+
+/// Prepared rows on the GPU: vec4-padded vectors and squared norms.
+pub(super) struct PreparedRows {
+    first: usize,
+    rows: usize,
+    vectors: wgpu::Buffer,
+    norms: wgpu::Buffer,
 }
 
 /// A resident corpus's buffers (`GpuEngine::corpus_cache`).
@@ -478,7 +487,7 @@ impl TileBuffers {
             _ => None,
         };
         let mut read_back_usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
-        if want.certify.is_some() && gpu.publishes() {
+        if want.certify.is_some() && gpu.kernels.publishes() {
             read_back_usage |= storage;
         }
         // Every read-back buffer of a reused set is kept: a second one lets the host copy out
@@ -594,25 +603,17 @@ impl CorpusSession<'_> {
         gpu.add_transfer_time(started);
         let mut params = ParamSlots::default();
         let (gx, gy) = grid(rows, gpu.max_groups);
-        let offset = params.push(self.norms_params(rows, d, gx));
+        let offset = params.push(NormsParams::new(rows, d, self.metric, gx));
         let uniform = gpu.upload_uniform(&params)?;
-        let bind =
-            bind_group(&gpu.ctx.device, &gpu.norms.layout, &uniform, &[raw, &self.shift, &chunk.vectors, &chunk.norms]);
+        let bind = bind_group(
+            &gpu.ctx.device,
+            &gpu.kernels.norms.layout,
+            &uniform,
+            &[raw, &self.shift, &chunk.vectors, &chunk.norms],
+        );
         let job = Job { step: Step::Norms, offset, groups: (gx, gy), bind: &bind };
         gpu.submit(gpu.ctx.device.create_command_encoder(&Default::default()), &[job])?;
         Ok(())
-    }
-
-    fn norms_params(&self, rows: usize, d: usize, groups_x: u32) -> NormsParams {
-        NormsParams {
-            rows: rows as u32,
-            dim: d as u32,
-            dim4: d.div_ceil(4) as u32,
-            mode: metric_modes(self.metric).0,
-            groups_x,
-            in_offset: 0,
-            _pad: [0; 2],
-        }
     }
 
     /// The kc best fp32 candidates of every query, tile by tile. `queries_are_corpus`: the
@@ -634,7 +635,7 @@ impl CorpusSession<'_> {
         let from_corpus = self.plan.resident && queries_are_corpus;
         let gpu_exact = self.raw_corpus.is_some();
         // Ranking on the GPU needs its exact keys.
-        let certify = certify.filter(|_| gpu_exact && gpu.certify.is_some());
+        let certify = certify.filter(|_| gpu_exact && gpu.kernels.certify.is_some());
         let forced = gpu.symmetric_graphs == Some(true);
         let symmetric = (from_corpus && gpu.symmetric_graphs != Some(false))
             .then(|| plan::plan_symmetric(nq, d, kc, self.plan, gpu.tile_caps, gpu.budget(), forced))
@@ -652,7 +653,7 @@ impl CorpusSession<'_> {
             (None, None) => plan_with(gpu.tile_caps)?,
         };
         // The one-invocation kernel of rows under GROUPED_ROWS sums its own norms.
-        if gpu_exact && self.metric == Metric::Cosine && gpu.refine.is_some() && d >= GROUPED_ROWS {
+        if gpu_exact && self.metric == Metric::Cosine && gpu.kernels.refine.is_some() && d >= GROUPED_ROWS {
             let corpus_norms = match self.exact_norms.take() {
                 Some((corpus_norms, _)) => corpus_norms,
                 None => gpu.upload("corpus norms (f64)", bytemuck::cast_slice(&prepare::row_norms(self.corpus)))?,
@@ -793,7 +794,7 @@ impl CorpusSession<'_> {
         // (`TileOut`), so that up to READERS tiles are copied out at once.
         let slots = buffers.staging.len();
         let publishes =
-            gpu.publishes() && slots > 1 && !tiles.symmetric && certify.is_some() && buffers.certify.is_some();
+            gpu.kernels.publishes() && slots > 1 && !tiles.symmetric && certify.is_some() && buffers.certify.is_some();
         let mut parts: Vec<Option<TileOut<'_>>> =
             TileOut::split(&mut out, &query_tiles).into_iter().map(Some).collect();
         let shortlisted = std::thread::scope(|scope| -> Result<usize> {
@@ -925,7 +926,7 @@ impl CorpusSession<'_> {
         let base = base as u64;
         bind_group_at(
             &gpu.ctx.device,
-            &gpu.select.layout,
+            &gpu.kernels.select.rows.layout,
             &b.uniform,
             &[
                 (&b.dist, 0),
@@ -982,16 +983,17 @@ impl CorpusSession<'_> {
         let select_bind = self.select_bind(b, base, kc, cap);
         let norms_bind = bind_group(
             device,
-            &gpu.norms.layout,
+            &gpu.kernels.norms.layout,
             &b.uniform,
             &[&b.raw_queries, &self.shift, &b.queries.vectors, &b.queries.norms],
         );
         debug_assert!(
-            publish.is_none() || b.certify.is_some() && gpu.distance_publish.is_some(),
+            publish.is_none() || b.certify.is_some() && gpu.kernels.distance_publish.is_some(),
             "published answers are ranked ones"
         );
-        let distance_bind =
-            |chunk: &PreparedRows| bind_group(device, &gpu.distance.layout, &b.uniform, &distance_buffers(b, chunk));
+        let distance_bind = |chunk: &PreparedRows| {
+            bind_group(device, &gpu.kernels.distance.layout, &b.uniform, &distance_buffers(b, chunk))
+        };
         // A symmetric sweep stops at the tile's last row: later rows meet this tile as columns.
         let columns_end = if symmetric { q0 + rows } else { self.corpus.rows() };
         // Column rows that merge this tile's keys: the rows of earlier tiles, a query tile's
@@ -1056,11 +1058,12 @@ impl CorpusSession<'_> {
             let mut jobs = Vec::new();
             if batch_no == 0 && !from_corpus {
                 let (gx, gy) = grid(rows, gpu.max_groups);
-                let offset = params.push(self.norms_params(rows, d, gx));
+                let offset = params.push(NormsParams::new(rows, d, self.metric, gx));
                 jobs.push(Job { step: Step::Norms, offset, groups: (gx, gy), bind: &norms_bind });
             }
             // Long lists merge with a workgroup per row; short ones with a subgroup each.
-            let per_subgroup = gpu.rows_per_subgroup_group().filter(|_| kc <= WIDE_MERGE_KC);
+            let per_subgroup =
+                gpu.kernels.select.rows_per_subgroup_group(&gpu.ctx.info).filter(|_| kc <= WIDE_MERGE_KC);
             let merge_step = if per_subgroup.is_some() { Step::Merge } else { Step::MergeWide };
             let merge_groups = |rows: usize| match per_subgroup {
                 Some(per_group) => (grid(rows.div_ceil(per_group as usize), gpu.max_groups), per_group),
@@ -1170,7 +1173,7 @@ impl CorpusSession<'_> {
         read_back: &wgpu::Buffer,
     ) -> Option<(wgpu::BindGroup, u32)> {
         let gpu = self.gpu;
-        let (cb, kernel) = (b.certify.as_ref()?, gpu.distance_publish.as_ref()?);
+        let (cb, kernel) = (b.certify.as_ref()?, gpu.kernels.distance_publish.as_ref()?);
         let buffers = [distance_buffers(b, chunk).as_slice(), &[&cb.answers, read_back]].concat();
         // In whole vec4s: the layout's parts start at multiples of 256 bytes.
         Some((bind_group(&gpu.ctx.device, &kernel.layout, &b.uniform, &buffers), (cb.flags_at / 16) as u32))
@@ -1180,7 +1183,7 @@ impl CorpusSession<'_> {
     /// rows of a mutual pair (`TileKey::shares_mutual_keys`).
     fn sort_lists_by_index(&self, kc: usize, b: &TileBuffers) -> Result<()> {
         let gpu = self.gpu;
-        let (Some(cb), Some(kernels), Some((keys, _))) = (&b.certify, &gpu.certify, &b.exact) else {
+        let (Some(cb), Some(kernels), Some((keys, _))) = (&b.certify, &gpu.kernels.certify, &b.exact) else {
             unreachable!("shared keys are planned only where rows are ranked on the GPU")
         };
         let rows = b.state_rows;
@@ -1239,7 +1242,7 @@ impl CorpusSession<'_> {
         let base = if symmetric || bounded { q0 } else { 0 } as u64;
         let lists_at = base * kc as u64 * 8;
         let mutual = b.shared_keys;
-        if let (Some((keys, _)), Some(raw_corpus), Some(refine)) = (&b.exact, &self.raw_corpus, &gpu.refine) {
+        if let (Some((keys, _)), Some(raw_corpus), Some(refine)) = (&b.exact, &self.raw_corpus, &gpu.kernels.refine) {
             let mut encoder = device.create_command_encoder(&Default::default());
             if from_corpus {
                 let raw_row = (d * 4) as u64;
@@ -1251,31 +1254,14 @@ impl CorpusSession<'_> {
                     rows as u64 * raw_row,
                 );
             }
-            // Longer rows are read faster by several invocations each (coalesced loads).
-            let group = if d.is_multiple_of(4) { refine_group(d / 4) } else { scalar_refine_group(d) };
-            let (step, groups) = if d >= WIDE_ROWS && d.is_multiple_of(4) {
-                (Step::RefineWide4, rows * kc)
-            } else if d >= WIDE_ROWS {
-                (Step::RefineWide, rows * kc)
-            } else if d >= GROUPED_ROWS && d.is_multiple_of(4) {
-                (Step::RefineGrouped4, (rows * kc).div_ceil(REFINE_WG / group))
-            } else if d >= GROUPED_ROWS {
-                (Step::RefineGrouped, (rows * kc).div_ceil(REFINE_WG / group))
-            } else {
-                (Step::Refine, (rows * kc).div_ceil(REFINE_WG))
-            };
+            let (step, groups, group) = exact_keys_dispatch(d, rows, kc);
             let (gx, gy) = grid(groups, gpu.max_groups);
             let mut params = ParamSlots::default();
             let refine_params = RefineParams {
                 rows: rows as u32,
                 kc: kc as u32,
                 dim: d as u32,
-                mode: match self.metric {
-                    Metric::Euclidean | Metric::SqEuclidean => 0,
-                    Metric::Cosine => 1,
-                    Metric::Correlation => 2,
-                    Metric::InnerProduct => 3,
-                },
+                mode: refine_mode(self.metric),
                 groups_x: gx,
                 row_base: if mutual { q0 as u32 } else { 0 },
                 mutual: mutual as u32,
@@ -1314,7 +1300,7 @@ impl CorpusSession<'_> {
             }
             let keys_at = if mutual { base * kc as u64 * 8 } else { 0 };
             let certify_bind;
-            if let (Some(cb), Some(kernel), Some(c)) = (&b.certify, &gpu.certify, certify) {
+            if let (Some(cb), Some(kernel), Some(c)) = (&b.certify, &gpu.kernels.certify, certify) {
                 gpu.ctx.queue.write_buffer(
                     &cb.error_bounds,
                     0,
