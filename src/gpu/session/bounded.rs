@@ -6,7 +6,9 @@
 //! later tiles. Tile I's lists are then complete: selected down to kc by a select in
 //! workgroup memory (`bounded_lists.wgsl`), ranked and read back as a plain sweep's tiles are.
 
-use super::{distance_buffers, CorpusSession, QueryTile, TileBuffers};
+use super::sweep::distance_buffers;
+use super::tile_buffers::TileBuffers;
+use super::{CorpusSession, QueryTile};
 use crate::error::Result;
 use crate::gpu::kernels::{
     bind_group, bind_group_at, gemm_tiles, grid, metric_modes, publishing_groups, DistanceParams, FilterParams,
