@@ -10,7 +10,7 @@ use crate::cpu::CpuEngine;
 use crate::data::{AnswerMemory, FinishedRows, Matrix, MatrixRef, Neighbors};
 use crate::engine::{retry_smaller, Engine};
 use crate::error::{Error, Result};
-use crate::gpu::{GpuEngine, GpuTimes, MAX_CERTIFY_KC};
+use crate::gpu::{GpuEngine, GpuSettings, GpuTimes, MAX_CERTIFY_KC};
 use crate::metric::Metric;
 use crate::partition::{self, checkpoint, BlockPlan, RowSink};
 use crate::prepare::{self, RowStats};
@@ -166,6 +166,24 @@ impl std::fmt::Debug for Options {
     }
 }
 
+impl Options {
+    /// What a GPU engine reads of these options.
+    fn gpu_settings(&self) -> GpuSettings {
+        GpuSettings {
+            adapter: self.adapter.clone(),
+            no_subgroups: self.no_subgroups,
+            profile: self.profile,
+            distance_tile_depth: self.distance_tile_depth,
+            memory_budget: self.memory_budget,
+            max_workgroups_per_dimension: self.max_workgroups_per_dimension,
+            max_column_tile: self.max_column_tile,
+            max_query_tile: self.max_query_tile,
+            symmetric_graphs: self.symmetric_graphs,
+            bounded_sweeps: self.bounded_sweeps,
+        }
+    }
+}
+
 /// How the last search or graph went: how often the fp32 candidates had to be widened.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RunStats {
@@ -257,7 +275,7 @@ impl Knn {
                 .iter()
                 .map(|device| {
                     let on_device = Options { adapter: Some(device.clone()), ..options.clone() };
-                    Ok(Engine::Gpu(Box::new(GpuEngine::new(&on_device, false)?)))
+                    Ok(Engine::Gpu(Box::new(GpuEngine::new(&on_device.gpu_settings(), false)?)))
                 })
                 .collect::<Result<Vec<_>>>()?;
             let engine = engines.remove(0);
@@ -265,8 +283,8 @@ impl Knn {
         }
         let engine = match options.backend {
             Backend::Cpu => Engine::Cpu(CpuEngine::new()),
-            Backend::Gpu => Engine::Gpu(Box::new(GpuEngine::new(&options, false)?)),
-            Backend::Auto => match GpuEngine::new(&options, true) {
+            Backend::Gpu => Engine::Gpu(Box::new(GpuEngine::new(&options.gpu_settings(), false)?)),
+            Backend::Auto => match GpuEngine::new(&options.gpu_settings(), true) {
                 Ok(gpu) => Engine::Gpu(Box::new(gpu)),
                 Err(_) => Engine::Cpu(CpuEngine::new()),
             },

@@ -1,9 +1,11 @@
 //! `knng bench --what select` and `--what distance`: one kernel alone.
 
-use super::{
-    bind_group, gemm_tiles, grid, read_back, DistanceParams, GpuEngine, GpuTimes, Job, ParamSlots, SelectParams, Step,
-    AUX_NAMES, TILE_N,
+use super::engine::GpuEngine;
+use super::kernels::{
+    bind_group, gemm_tiles, grid, DistanceParams, Job, ParamSlots, SelectParams, Step, AUX_NAMES, TILE_N,
 };
+use super::profile::GpuTimes;
+use super::transfer::read_back;
 use crate::error::{Error, Result};
 use rayon::prelude::*;
 
@@ -122,7 +124,7 @@ impl GpuEngine {
             .enumerate()
             .map(|(tile, keys)| {
                 let storage: Vec<&wgpu::Buffer> = std::iter::once(keys).chain(set_of(tile)).collect();
-                bind_group(&self.ctx.device, &self.select.layout, &uniform, &storage)
+                bind_group(&self.ctx.device, &self.kernels.select.rows.layout, &uniform, &storage)
             })
             .collect();
         let jobs: Vec<Job<'_>> = groups
@@ -239,7 +241,7 @@ impl GpuEngine {
         let uniform_buf = self.upload_uniform(&params)?;
         let bind = bind_group(
             &self.ctx.device,
-            &self.distance.layout,
+            &self.kernels.distance.layout,
             &uniform_buf,
             &[&queries, &corpus, &q_norm_buf, &c_norm_buf, &row_state, &dist, &list_len, &lists],
         );

@@ -58,7 +58,7 @@ fn gemm_tile(group: u32) -> u32 {
 /// can be bound as storage), else every workgroup a tile.
 pub fn distance(depth: u32, publish: bool) -> String {
     let publish = if publish {
-        format!("const PUBLISH_STRIDE: u32 = {}u;\n{DISTANCE_PUBLISH}", super::PUBLISH_STRIDE)
+        format!("const PUBLISH_STRIDE: u32 = {}u;\n{DISTANCE_PUBLISH}", super::kernels::PUBLISH_STRIDE)
     } else {
         PLAIN_TILES.to_string()
     };
@@ -68,7 +68,7 @@ pub fn distance(depth: u32, publish: bool) -> String {
 /// The two-sided filter of a dense block, with its strip's shape as constants and its marked
 /// loops unrolled.
 pub fn filter_two_sided() -> String {
-    let (rows, cols) = super::FILTER_STRIP;
+    let (rows, cols) = super::kernels::FILTER_STRIP;
     let source = format!("const STRIP: u32 = {rows}u;\nconst WIDTH: u32 = {cols}u;\n{FILTER_TWO_SIDED}");
     unroll(&source, &[("STRIP", rows as u32)])
 }
@@ -150,8 +150,8 @@ pub fn all() -> Vec<ShaderModuleInfo> {
     let m = |name, source: String, subgroups, f64| ShaderModuleInfo { name, source, subgroups, f64 };
     vec![
         m("norms", NORMS.to_string(), false, false),
-        m("distance", distance(super::TILE_K, false), false, false),
-        m("distance_publish", distance(super::TILE_K, true), false, false),
+        m("distance", distance(super::kernels::TILE_K, false), false, false),
+        m("distance_publish", distance(super::kernels::TILE_K, true), false, false),
         m("filter_two_sided", filter_two_sided(), false, false),
         m("gather_rows", GATHER_ROWS.to_string(), false, false),
         m("bounded_lists", bounded_lists(), false, false),

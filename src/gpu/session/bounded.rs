@@ -6,9 +6,11 @@
 //! later tiles. Tile I's lists are then complete: selected down to kc by a select in
 //! workgroup memory (`bounded_lists.wgsl`), ranked and read back as a plain sweep's tiles are.
 
-use super::{distance_buffers, CorpusSession, QueryTile, TileBuffers};
+use super::sweep::distance_buffers;
+use super::tile_buffers::TileBuffers;
+use super::{CorpusSession, QueryTile};
 use crate::error::Result;
-use crate::gpu::{
+use crate::gpu::kernels::{
     bind_group, bind_group_at, gemm_tiles, grid, metric_modes, publishing_groups, DistanceParams, FilterParams,
     GatherParams, Job, ParamSlots, ShortSelectParams, Step, FILTER_STRIP, SHORT_SELECT_LISTS, SHORT_SELECT_SAMPLE,
 };
@@ -27,7 +29,7 @@ impl CorpusSession<'_> {
         let sample = tiles.bounded.expect("a bounded sweep has a sample");
         let (n, d) = (self.corpus.rows(), self.corpus.cols());
         let corpus = &self.resident[0];
-        let kernels = gpu.bounded_kernels()?;
+        let kernels = gpu.kernels.bounded_kernels(&gpu.ctx)?;
         let rows_of_sample = gpu.prepared_rows(0, sample.sample_rows, d)?;
 
         let mut params = ParamSlots::default();
@@ -66,7 +68,7 @@ impl CorpusSession<'_> {
             let mut buffers: Vec<(&wgpu::Buffer, u64)> = distance_buffers(b, &rows_of_sample).map(|b| (b, 0)).to_vec();
             buffers[0] = (&corpus.vectors, q0 as u64 * row_bytes);
             buffers[2] = (&corpus.norms, q0 as u64 * 4);
-            let distance_bind = bind_group_at(device, &gpu.distance.layout, &b.uniform, &buffers);
+            let distance_bind = bind_group_at(device, &gpu.kernels.distance.layout, &b.uniform, &buffers);
             let mut params = ParamSlots::default();
             let tile_count = gemm_tiles(rows, cols);
             let (gx, gy) = grid(tile_count, gpu.max_groups);
@@ -122,18 +124,19 @@ impl CorpusSession<'_> {
         let cols = n - q0;
         let cap = tiles.shortlist_cap;
         let corpus = &self.resident[0];
-        let filter = gpu.filter_kernel()?;
+        let filter = gpu.kernels.filter_kernel(&gpu.ctx)?;
         let mut params = ParamSlots::default();
 
         let tile_count = gemm_tiles(rows, cols);
-        let (distance_bind, step, groups, publish_len) =
-            match publish.and_then(|read_back| self.publishing(b, corpus, read_back)) {
-                Some((bind, len)) => (bind, Step::DistancePublishing, publishing_groups(tile_count), len),
-                None => {
-                    let bind = bind_group(device, &gpu.distance.layout, &b.uniform, &distance_buffers(b, corpus));
-                    (bind, Step::Distance, tile_count, 0)
-                }
-            };
+        let (distance_bind, step, groups, publish_len) = match publish
+            .and_then(|read_back| self.publishing(b, corpus, read_back))
+        {
+            Some((bind, len)) => (bind, Step::DistancePublishing, publishing_groups(tile_count), len),
+            None => {
+                let bind = bind_group(device, &gpu.kernels.distance.layout, &b.uniform, &distance_buffers(b, corpus));
+                (bind, Step::Distance, tile_count, 0)
+            }
+        };
         let (gx, gy) = grid(groups, gpu.max_groups);
         let offset = params.push(DistanceParams {
             q_rows: rows as u32,
@@ -192,7 +195,7 @@ impl CorpusSession<'_> {
     /// every row's candidates, flags and state.
     fn short_select_bind(&self, b: &TileBuffers) -> wgpu::BindGroup {
         let gpu = self.gpu;
-        let kernel = &gpu.bounded.get().expect("built (`bounded_kernels`) before it is bound").short_select;
+        let kernel = &gpu.kernels.built_bounded().short_select;
         bind_group(
             &gpu.ctx.device,
             &kernel.layout,

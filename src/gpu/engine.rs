@@ -1,0 +1,137 @@
+//! The engine: a device, its kernels and memory budget, and the buffers it keeps between
+//! calls.
+
+use super::context::{self, Context};
+use super::kernels::Kernels;
+use super::profile::Profiler;
+use super::session::{CorpusBuffers, TileBuffers, TileKey};
+use crate::error::Result;
+use crate::plan::{self, DeviceBudget};
+
+/// Default GPU memory budget: wgpu does not report how much memory an adapter has, so this
+/// is what any adapter of its kind can be expected to hold. Discrete GPUs of the last several
+/// years have 6 GiB or more; integrated and software adapters share the host's memory. An
+/// allocation that fails anyway halves the budget and runs again (`retry_smaller`).
+const DEFAULT_BUDGET: u64 = 1 << 30;
+const DISCRETE_BUDGET: u64 = 4 << 30;
+/// Below this budget an out-of-memory error is final.
+const MIN_RETRY_BUDGET: u64 = 8 << 20;
+
+/// What a caller chooses of a GPU engine: its adapter, features, budget and tile shapes.
+#[derive(Clone, Debug)]
+pub(crate) struct GpuSettings {
+    /// The adapter's index or part of its name; `None`: the preferred one.
+    pub adapter: Option<String>,
+    /// Select and merge without subgroup operations even where the adapter has them.
+    pub no_subgroups: bool,
+    /// Time every kernel with timestamp queries ([`GpuEngine::take_profile`]).
+    pub profile: bool,
+    /// Depth of the distance kernel's workgroup tiles (default `TILE_K`).
+    pub distance_tile_depth: Option<u32>,
+    /// Bytes the engine may allocate (default: by the adapter's kind).
+    pub memory_budget: Option<u64>,
+    /// Cap on workgroups per dispatch dimension (default: the adapter's limit).
+    pub max_workgroups_per_dimension: Option<u32>,
+    /// Cap on corpus rows per distance tile.
+    pub max_column_tile: Option<usize>,
+    /// Cap on query rows per query tile.
+    pub max_query_tile: Option<usize>,
+    /// Symmetric blocks for graphs: forced on or off, or `None` for the planner's choice.
+    pub symmetric_graphs: Option<bool>,
+    /// Bounded sweeps for graphs with long lists: forced on or off, or `None` for the
+    /// planner's choice.
+    pub bounded_sweeps: Option<bool>,
+}
+
+pub(crate) struct GpuEngine {
+    pub(super) ctx: Context,
+    pub(super) kernels: Kernels,
+    pub(super) profiler: Option<Profiler>,
+    /// Largest workgroup count per dispatch dimension.
+    pub(super) max_groups: u32,
+    /// Caps on distance tiles and query tiles.
+    pub(super) tile_caps: plan::TileCaps,
+    /// Symmetric blocks for graphs: forced on or off, or `None` for the planner's choice.
+    pub(super) symmetric_graphs: Option<bool>,
+    /// Graphs with long lists swept under sampled bounds (`plan::plan_bounded`): `Some(true)`
+    /// wherever it fits, `Some(false)` never, `None` where the planner expects it to pay.
+    pub(super) bounded_sweeps: Option<bool>,
+    /// The buffers of the last round of candidates, kept for the next call of the same shape
+    /// (as FAISS and PyTorch keep temporary memory): creating and first touching a few GiB
+    /// costs more than a small graph's whole computation. A later round, or a call whose
+    /// plan differs, runs in them too where its query tiles can be cut to fit
+    /// (`session::TileBuffers::new`).
+    pub(super) tile_cache: std::sync::Mutex<Option<(TileKey, TileBuffers)>>,
+    /// The buffers of the last resident corpus, kept for the next one of the same shape:
+    /// allocating and freeing a few hundred MB take milliseconds each.
+    pub(super) corpus_cache: std::sync::Mutex<Option<CorpusBuffers>>,
+    pub(super) max_binding: u64,
+    /// Bytes the engine may allocate; halved after each out-of-memory error.
+    pub(super) budget: std::sync::atomic::AtomicU64,
+}
+
+impl GpuEngine {
+    pub fn new(settings: &GpuSettings, hardware_only: bool) -> Result<Self> {
+        let (_instance, adapters) = context::discover();
+        let chosen = context::choose_adapter(
+            &adapters,
+            settings.adapter.as_deref(),
+            hardware_only && settings.adapter.is_none(),
+        )?;
+        let ctx = Context::open(&adapters[chosen], !settings.no_subgroups, settings.profile)?;
+        let kernels = Kernels::new(&ctx, settings.distance_tile_depth)?;
+        let max_binding = ctx.limits.max_storage_buffer_binding_size.min(ctx.limits.max_buffer_size);
+        let default_budget =
+            if ctx.info.device_type == wgpu::DeviceType::DiscreteGpu { DISCRETE_BUDGET } else { DEFAULT_BUDGET };
+        let budget = settings.memory_budget.unwrap_or(default_budget).into();
+        let profiler = Profiler::new(&ctx)?;
+        let mut max_groups = ctx.limits.max_compute_workgroups_per_dimension.max(1);
+        if let Some(m) = settings.max_workgroups_per_dimension {
+            max_groups = max_groups.min(m.max(1));
+        }
+        Ok(GpuEngine {
+            ctx,
+            kernels,
+            profiler,
+            max_groups,
+            symmetric_graphs: settings.symmetric_graphs,
+            bounded_sweeps: settings.bounded_sweeps,
+            tile_caps: plan::TileCaps {
+                column: settings.max_column_tile.unwrap_or(usize::MAX).max(1),
+                query: settings.max_query_tile.unwrap_or(usize::MAX).max(1),
+            },
+            tile_cache: Default::default(),
+            corpus_cache: Default::default(),
+            max_binding,
+            budget,
+        })
+    }
+
+    pub fn description(&self) -> String {
+        let i = &self.ctx.info;
+        let select = if self.ctx.subgroups {
+            let barriers = if self.ctx.subgroup_barrier { ", subgroup barriers" } else { "" };
+            format!("subgroup select, sizes {}-{}{barriers}", i.subgroup_min_size, i.subgroup_max_size)
+        } else {
+            "workgroup select, no subgroups".to_string()
+        };
+        let rerank = if self.kernels.refine.is_some() { ", f64 re-ranking" } else { "" };
+        let publish = if self.kernels.publishes() { ", answers published during the GEMM" } else { "" };
+        format!("gpu: {} ({:?}, {select}{rerank}{publish})", i.name, i.backend)
+    }
+
+    pub(super) fn budget(&self) -> DeviceBudget {
+        DeviceBudget { max_binding: self.max_binding, budget: self.budget.load(std::sync::atomic::Ordering::Relaxed) }
+    }
+
+    /// Halves the memory budget after an out-of-memory error; false when it is already too
+    /// small to be worth another try.
+    pub fn shrink_budget(&self) -> bool {
+        let now = self.budget.load(std::sync::atomic::Ordering::Relaxed);
+        if now < MIN_RETRY_BUDGET {
+            return false;
+        }
+        self.budget.store(now / 2, std::sync::atomic::Ordering::Relaxed);
+        true
+    }
+}

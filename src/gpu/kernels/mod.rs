@@ -1,0 +1,192 @@
+//! The kernel layer: every WGSL kernel the engine dispatches, one file per kernel family with
+//! its parameters, the buffers it binds, its pipelines and the rules that shape its
+//! dispatches. What drives the kernels (submission, a corpus session and its sweeps) is
+//! outside: a new way of driving them leaves this layer as it is.
+
+mod bindings;
+mod bounded;
+mod certify;
+mod distance;
+mod filter;
+mod norms;
+mod pipelines;
+mod refine;
+mod select;
+
+use std::sync::OnceLock;
+
+pub(super) use bindings::{bind_group, bind_group_at, bind_group_ranges, grid, ParamSlots, PARAM_SLOT};
+pub(super) use bounded::{BoundedKernels, GatherParams, ShortSelectParams, SHORT_SELECT_LISTS, SHORT_SELECT_SAMPLE};
+pub(crate) use certify::MAX_CERTIFY_KC;
+pub(super) use certify::{reported_as, CertifyKernels, CertifyParams};
+pub(super) use distance::{gemm_tiles, publishing_groups, DistanceParams, PUBLISH_STRIDE, TILE_K, TILE_N};
+pub(super) use filter::{FilterParams, FILTER_STRIP};
+pub(super) use norms::NormsParams;
+pub(super) use pipelines::Kernel;
+use pipelines::Pipelines;
+pub(super) use refine::{exact_keys_dispatch, refine_mode, RefineKernels, RefineParams, GROUPED_ROWS};
+pub(super) use select::{SelectKernels, SelectParams, AUX_NAMES, WIDE_MERGE_KC};
+
+use super::context::Context;
+use crate::error::Result;
+use crate::metric::Metric;
+
+/// The engine's kernels: those every search runs, built with the engine; those of bounded
+/// sweeps, built on first use; those of exact keys and ranking, where the adapter has
+/// SHADER_F64.
+pub(super) struct Kernels {
+    pipelines: Pipelines,
+    pub(super) norms: Kernel,
+    pub(super) distance: Kernel,
+    /// The distance kernel that also publishes ranked answers (`distance_publish.wgsl`), where
+    /// mapped buffers can be bound as storage: a module of its own, so that the dispatches
+    /// that publish nothing run the plain kernel, every workgroup a tile.
+    pub(super) distance_publish: Option<Kernel>,
+    /// The two-sided filter of dense blocks (`filter_two_sided.wgsl`), built on first use by
+    /// bounded sweeps.
+    filter: OnceLock<Kernel>,
+    /// The sample gather and list kernels of bounded sweeps, built on first use.
+    bounded: OnceLock<BoundedKernels>,
+    pub(super) select: SelectKernels,
+    /// Exact float64 keys of the candidates, where the adapter has SHADER_F64.
+    pub(super) refine: Option<RefineKernels>,
+    /// Ranking and certificate of each row (`certify.wgsl`), where the adapter has SHADER_F64.
+    pub(super) certify: Option<CertifyKernels>,
+}
+
+impl Kernels {
+    /// Builds the kernels for `ctx`'s device, the distance kernel's tiles `depth` deep
+    /// (default `TILE_K`); refuses a depth or an adapter they cannot run with.
+    pub(super) fn new(ctx: &Context, depth: Option<u32>) -> Result<Self> {
+        let depth = distance::tile_depth(ctx, depth)?;
+        select::check_bindings(ctx)?;
+        let pipelines = Pipelines::default();
+        let (select, norms, distance) = ctx.allocating(|| {
+            (select::create(ctx, &pipelines), norms::create(ctx, &pipelines), distance::create(ctx, &pipelines, depth))
+        })?;
+        let distance_publish = distance::create_publishing(ctx, &pipelines, depth)?;
+        ctx.wait()?;
+        let certify = certify::create(ctx, &pipelines)?;
+        let refine = if ctx.f64 { Some(ctx.allocating(|| refine::create(ctx, &pipelines))?) } else { None };
+        Ok(Kernels {
+            pipelines,
+            norms,
+            distance,
+            distance_publish,
+            filter: Default::default(),
+            bounded: Default::default(),
+            select,
+            refine,
+            certify,
+        })
+    }
+
+    /// The two-sided filter kernel (`filter_two_sided.wgsl`), built on first use.
+    pub(super) fn filter_kernel(&self, ctx: &Context) -> Result<&Kernel> {
+        if let Some(built) = self.filter.get() {
+            return Ok(built);
+        }
+        let built = ctx.allocating(|| filter::create(ctx, &self.pipelines))?;
+        Ok(self.filter.get_or_init(|| built))
+    }
+
+    /// The kernels of bounded sweeps (`gather_rows.wgsl`, `bounded_lists.wgsl`), built on
+    /// first use.
+    pub(super) fn bounded_kernels(&self, ctx: &Context) -> Result<&BoundedKernels> {
+        if let Some(built) = self.bounded.get() {
+            return Ok(built);
+        }
+        let built = ctx.allocating(|| bounded::create(ctx, &self.pipelines))?;
+        Ok(self.bounded.get_or_init(|| built))
+    }
+
+    /// The kernels of bounded sweeps, once [`Self::bounded_kernels`] has built them.
+    pub(super) fn built_bounded(&self) -> &BoundedKernels {
+        self.bounded.get().expect("built (`bounded_kernels`) before it is bound")
+    }
+
+    /// Whether the distance kernel can publish ranked answers (`distance_publish.wgsl`).
+    pub(super) fn publishes(&self) -> bool {
+        self.distance_publish.is_some()
+    }
+
+    /// The pipeline that runs `step`.
+    pub(super) fn pipeline(&self, step: Step) -> &wgpu::ComputePipeline {
+        match step {
+            Step::Norms => &self.norms.pipeline,
+            Step::Distance => &self.distance.pipeline,
+            Step::DistancePublishing => &self.distance_publish.as_ref().expect("only planned where it exists").pipeline,
+            Step::Filter => &self.filter.get().expect("built (`filter_kernel`) before it is planned").pipeline,
+            Step::GatherRows | Step::SelectShort => {
+                let built = self.bounded.get().expect("built (`bounded_kernels`) before it is planned");
+                match step {
+                    Step::GatherRows => &built.gather.pipeline,
+                    _ => &built.short_select.pipeline,
+                }
+            }
+            Step::SelectRows => &self.select.rows.pipeline,
+            Step::Merge => self.select.merge_per_subgroup.as_ref().expect("only planned with subgroups"),
+            Step::MergeWide => &self.select.merge_wide,
+            Step::Refine => &self.refine.as_ref().expect("only planned with f64").narrow.pipeline,
+            Step::RefineGrouped => &self.refine.as_ref().expect("only planned with f64").grouped,
+            Step::RefineWide => &self.refine.as_ref().expect("only planned with f64").wide,
+            Step::RefineWide4 => &self.refine.as_ref().expect("only planned with f64").wide4,
+            Step::RefineGrouped4 => &self.refine.as_ref().expect("only planned with f64").grouped4,
+            Step::Certify => &self.certify.as_ref().expect("only planned with f64").rows.pipeline,
+            Step::SortRuns => &self.certify.as_ref().expect("only planned with f64").sort_runs,
+            Step::SortByIndex => &self.certify.as_ref().expect("only planned with f64").sort_by_index,
+            Step::CopyMutualKeys => &self.refine.as_ref().expect("only planned with f64").copy_mutual,
+            Step::CertifyRuns => &self.certify.as_ref().expect("only planned with f64").certify_runs,
+        }
+    }
+}
+
+/// What a dispatch does, for profiles.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(in crate::gpu) enum Step {
+    Norms,
+    Distance,
+    /// A distance tile that also publishes the previous query tile's answers.
+    DistancePublishing,
+    /// The two-sided filter of a dense block (`filter_two_sided.wgsl`).
+    Filter,
+    /// A bounded sweep's sample rows gathered (`gather_rows.wgsl`).
+    GatherRows,
+    /// A bounded sweep's bounds from its sample, or candidates from its lists
+    /// (`bounded_lists.wgsl`).
+    SelectShort,
+    SelectRows,
+    /// A merge by one subgroup per row (`select_rows_per_subgroup`), for short lists where
+    /// the adapter has subgroups.
+    Merge,
+    /// A merge by one workgroup per row (`select_rows`): long lists, or no subgroups.
+    MergeWide,
+    Refine,
+    RefineGrouped,
+    RefineWide,
+    RefineWide4,
+    RefineGrouped4,
+    Certify,
+    SortRuns,
+    CertifyRuns,
+    SortByIndex,
+    CopyMutualKeys,
+}
+
+/// One dispatch: kernel, parameter slot, workgroups, bind group.
+pub(in crate::gpu) struct Job<'b> {
+    pub(in crate::gpu) step: Step,
+    pub(in crate::gpu) offset: u32,
+    pub(in crate::gpu) groups: (u32, u32),
+    pub(in crate::gpu) bind: &'b wgpu::BindGroup,
+}
+
+pub(super) fn metric_modes(metric: Metric) -> (u32, u32) {
+    // (norms.wgsl mode, distance.wgsl mode)
+    match metric {
+        Metric::Euclidean | Metric::SqEuclidean => (0, 0),
+        Metric::Cosine => (1, 1),
+        Metric::Correlation => (2, 1),
+        Metric::InnerProduct => (3, 2),
+    }
+}

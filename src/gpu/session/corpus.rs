@@ -1,0 +1,252 @@
+//! A corpus on the GPU: its buffers (staged ahead of a call, cached for the next corpus of its
+//! shape), its rows prepared there, and those rows copied into query tiles.
+
+use super::tile_buffers::TileBuffers;
+use super::CorpusSession;
+use crate::data::MatrixRef;
+use crate::error::Result;
+use crate::gpu::engine::GpuEngine;
+use crate::gpu::kernels::{bind_group, grid, Job, NormsParams, ParamSlots, Step};
+use crate::metric::Metric;
+use crate::plan::{self, CorpusPlan};
+
+/// Prepared corpus rows are also the query rows of a graph, copied on the GPU.
+const STORAGE_COPY_SRC: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC);
+
+impl GpuEngine {
+    /// Allocates the buffers of a resident corpus ahead of [`Self::open`] and writes its
+    /// original rows where they stay on the GPU, so that both overlap the input's validation
+    /// (`open` then only prepares them). Nothing for a streamed corpus. `caller`: the thread
+    /// that will open it (this may run on another).
+    pub fn stage(&self, corpus: MatrixRef<'_>, caller: std::thread::ThreadId) -> Result<()> {
+        let (rows, cols) = (corpus.rows(), corpus.cols());
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        self.forget_other_shapes(rows, cols);
+        let plan = plan::plan_corpus(rows, cols, self.budget())?;
+        if plan.resident {
+            let mut buffers = self.corpus_buffers(rows, cols, plan)?;
+            if let Some(raw) = &buffers.raw {
+                // Block by block, so that a mapped input is not all resident at once.
+                let row_bytes = (cols * 4) as u64;
+                corpus
+                    .in_blocks(|first, block| {
+                        self.write_at(raw, first as u64 * row_bytes, "corpus", bytemuck::cast_slice(block.as_slice()))
+                    })
+                    .into_iter()
+                    .collect::<Result<()>>()?;
+                buffers.staged = Some(Staged::of(corpus, caller));
+            }
+            *self.corpus_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(buffers);
+        }
+        Ok(())
+    }
+
+    /// Frees cached buffers of another corpus shape: they would count against this one's
+    /// budget.
+    fn forget_other_shapes(&self, rows: usize, cols: usize) {
+        let mut tiles = self.tile_cache.lock().unwrap_or_else(|e| e.into_inner());
+        if tiles.as_ref().is_some_and(|(key, _)| key.corpus != (rows, cols)) {
+            *tiles = None;
+        }
+        let mut corpus = self.corpus_cache.lock().unwrap_or_else(|e| e.into_inner());
+        if corpus.as_ref().is_some_and(|c| c.shape != (rows, cols)) {
+            *corpus = None;
+        }
+    }
+
+    /// The cached buffers of a resident corpus of this shape and plan, else new ones.
+    fn corpus_buffers(&self, rows: usize, cols: usize, plan: CorpusPlan) -> Result<CorpusBuffers> {
+        let cached = self.corpus_cache.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(buffers) = cached.filter(|b| b.shape == (rows, cols) && b.plan == plan) {
+            return Ok(buffers);
+        }
+        let keep_raw = self.keeps_raw_rows(rows, cols, plan);
+        let prepared = (0..rows)
+            .step_by(plan.chunk_rows)
+            .map(|first| self.prepared_rows(first, plan.chunk_rows.min(rows - first), cols))
+            .collect::<Result<_>>()?;
+        let raw = keep_raw.then(|| self.raw_rows(rows, cols)).transpose()?;
+        Ok(CorpusBuffers { shape: (rows, cols), plan, prepared, raw, staged: None })
+    }
+
+    /// Exact re-ranking on the GPU needs the original rows in one binding, beside the
+    /// prepared ones, within the budget.
+    fn keeps_raw_rows(&self, rows: usize, cols: usize, plan: CorpusPlan) -> bool {
+        let raw_bytes = (rows * cols * 4) as u64;
+        self.kernels.refine.is_some()
+            && plan.chunk_rows >= rows
+            && raw_bytes <= self.max_binding
+            && raw_bytes + rows as u64 * plan::prepared_row_bytes(cols) <= self.budget().budget / 2
+    }
+
+    /// Whether the graph of `rows x cols` data is ranked and certified on the device (its
+    /// corpus resident, its original rows beside the prepared ones), so that the host receives
+    /// only answers, tile by tile.
+    pub fn ranks_graph_on_device(&self, rows: usize, cols: usize) -> bool {
+        rows > 0
+            && cols > 0
+            && self.kernels.certify.is_some()
+            && plan::plan_corpus(rows, cols, self.budget())
+                .is_ok_and(|plan| plan.resident && self.keeps_raw_rows(rows, cols, plan))
+    }
+
+    pub(super) fn prepared_rows(&self, first: usize, rows: usize, cols: usize) -> Result<PreparedRows> {
+        let vectors = self.buffer("corpus rows", rows as u64 * plan::prepared_row_bytes(cols), STORAGE_COPY_SRC)?;
+        let norms = self.buffer("corpus norms", (rows * 4) as u64, STORAGE_COPY_SRC)?;
+        Ok(PreparedRows { first, rows, vectors, norms })
+    }
+
+    fn raw_rows(&self, rows: usize, cols: usize) -> Result<wgpu::Buffer> {
+        self.buffer("corpus", (rows * cols * 4) as u64, STORAGE_COPY_SRC | wgpu::BufferUsages::COPY_DST)
+    }
+
+    /// Prepares the corpus on the GPU (resident if it fits half the budget, else streamed
+    /// per query tile).
+    pub fn open<'a>(&'a self, corpus: MatrixRef<'a>, shift: &[f32], metric: Metric) -> Result<CorpusSession<'a>> {
+        let (rows, cols) = (corpus.rows(), corpus.cols());
+        self.forget_other_shapes(rows, cols);
+        let plan = plan::plan_corpus(rows, cols, self.budget())?;
+        let buffers = if plan.resident {
+            self.corpus_buffers(rows, cols, plan)?
+        } else {
+            *self.corpus_cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            CorpusBuffers { shape: (rows, cols), plan, prepared: Vec::new(), raw: None, staged: None }
+        };
+        let raw_written = buffers.staged.is_some_and(|s| s == Staged::of(corpus, std::thread::current().id()));
+        let shift_buf = self.upload("shift", bytemuck::cast_slice(shift))?;
+        let mut session = CorpusSession {
+            gpu: self,
+            corpus,
+            metric,
+            plan,
+            shift: shift_buf,
+            resident: Vec::new(),
+            raw_corpus: buffers.raw,
+            exact_norms: None,
+        };
+        for chunk in buffers.prepared {
+            session.prepare_chunk(&chunk, session.raw_corpus.as_ref(), raw_written)?;
+            session.resident.push(chunk);
+        }
+        Ok(session)
+    }
+}
+
+impl Drop for CorpusSession<'_> {
+    /// A resident corpus's buffers go back to the cache, for the next corpus of this shape.
+    fn drop(&mut self) {
+        if self.plan.resident {
+            let buffers = CorpusBuffers {
+                shape: (self.corpus.rows(), self.corpus.cols()),
+                plan: self.plan,
+                prepared: std::mem::take(&mut self.resident),
+                raw: self.raw_corpus.take(),
+                staged: None,
+            };
+            *self.gpu.corpus_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(buffers);
+        }
+    }
+}
+
+/// Prepared rows on the GPU: vec4-padded vectors and squared norms.
+pub(super) struct PreparedRows {
+    pub(super) first: usize,
+    pub(super) rows: usize,
+    pub(super) vectors: wgpu::Buffer,
+    pub(super) norms: wgpu::Buffer,
+}
+
+/// A resident corpus's buffers (`GpuEngine::corpus_cache`).
+pub(in crate::gpu) struct CorpusBuffers {
+    shape: (usize, usize),
+    plan: CorpusPlan,
+    /// Each chunk's prepared rows.
+    prepared: Vec<PreparedRows>,
+    /// The original rows, where exact keys are computed on the GPU.
+    raw: Option<wgpu::Buffer>,
+    /// Whose rows `raw` holds, when written by [`GpuEngine::stage`] for the next `open`.
+    staged: Option<Staged>,
+}
+
+/// A corpus written by [`GpuEngine::stage`]: its address and length, and the thread whose
+/// call staged it (concurrent calls of one engine on corpora of one shape may swap cached
+/// buffers between them; each `open` prepares only rows that its own call wrote).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Staged {
+    data: (usize, usize),
+    thread: std::thread::ThreadId,
+}
+
+impl Staged {
+    fn of(corpus: MatrixRef<'_>, thread: std::thread::ThreadId) -> Self {
+        let data = corpus.as_slice();
+        Staged { data: (data.as_ptr() as usize, data.len()), thread }
+    }
+}
+
+impl CorpusSession<'_> {
+    /// Records copies of prepared corpus rows `q0..q0 + rows` into the query buffers (the
+    /// original rows, for exact keys, are copied when the tile is finished).
+    pub(super) fn copy_corpus_rows(&self, encoder: &mut wgpu::CommandEncoder, q0: usize, rows: usize, b: &TileBuffers) {
+        let d = self.corpus.cols();
+        let row_bytes = plan::prepared_row_bytes(d);
+        for chunk in &self.resident {
+            let lo = q0.max(chunk.first);
+            let hi = (q0 + rows).min(chunk.first + chunk.rows);
+            if lo >= hi {
+                continue;
+            }
+            let (src, dst, n) = ((lo - chunk.first) as u64, (lo - q0) as u64, (hi - lo) as u64);
+            encoder.copy_buffer_to_buffer(
+                &chunk.vectors,
+                src * row_bytes,
+                &b.queries.vectors,
+                dst * row_bytes,
+                n * row_bytes,
+            );
+            encoder.copy_buffer_to_buffer(&chunk.norms, src * 4, &b.queries.norms, dst * 4, n * 4);
+        }
+    }
+
+    /// Uploads the corpus rows of `chunk` and prepares them into it: through `raw`, which
+    /// keeps the original rows (already there when `raw_written`), or through a temporary
+    /// buffer.
+    pub(super) fn prepare_chunk(
+        &self,
+        chunk: &PreparedRows,
+        raw: Option<&wgpu::Buffer>,
+        raw_written: bool,
+    ) -> Result<()> {
+        let gpu = self.gpu;
+        let d = self.corpus.cols();
+        let (first, rows) = (chunk.first, chunk.rows);
+        let started = std::time::Instant::now();
+        let temporary;
+        let raw = match raw {
+            Some(raw) => raw,
+            None => {
+                temporary = gpu.raw_rows(rows, d)?;
+                &temporary
+            }
+        };
+        if !raw_written {
+            gpu.write(raw, "corpus", bytemuck::cast_slice(&self.corpus.as_slice()[first * d..(first + rows) * d]))?;
+        }
+        gpu.add_transfer_time(started);
+        let mut params = ParamSlots::default();
+        let (gx, gy) = grid(rows, gpu.max_groups);
+        let offset = params.push(NormsParams::new(rows, d, self.metric, gx));
+        let uniform = gpu.upload_uniform(&params)?;
+        let bind = bind_group(
+            &gpu.ctx.device,
+            &gpu.kernels.norms.layout,
+            &uniform,
+            &[raw, &self.shift, &chunk.vectors, &chunk.norms],
+        );
+        let job = Job { step: Step::Norms, offset, groups: (gx, gy), bind: &bind };
+        gpu.submit(gpu.ctx.device.create_command_encoder(&Default::default()), &[job])?;
+        Ok(())
+    }
+}

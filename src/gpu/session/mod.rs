@@ -1,0 +1,366 @@
+//! A corpus on the GPU and the candidate search against it: query tiles, distance tiles,
+//! selection, merges, exact keys and certificates, and the buffers they reuse.
+//!
+//! `corpus` holds the corpus's buffers and their preparation; `tile_buffers` the buffers of a
+//! round of candidates; `sweep` and `bounded` the sweeps of a query tile; `finish` its exact
+//! keys, ranking and certificates; `copy_out` its results copied to the host. This module
+//! drives them: the candidates of every query, tile by tile, with readers beside the GPU.
+
+mod bounded;
+mod copy_out;
+mod corpus;
+mod finish;
+mod sweep;
+mod tile_buffers;
+
+use std::collections::VecDeque;
+
+use copy_out::{TileOut, TileRead};
+pub(super) use corpus::CorpusBuffers;
+use corpus::PreparedRows;
+use tile_buffers::TileSizes;
+pub(super) use tile_buffers::{TileBuffers, TileKey};
+
+use super::engine::GpuEngine;
+use super::kernels::GROUPED_ROWS;
+use super::transfer::Mapping;
+use crate::data::{zeroed_answers, MatrixRef};
+use crate::error::Result;
+use crate::metric::Metric;
+use crate::plan::{self, CorpusPlan, TilePlan};
+use crate::prepare;
+use crate::refine::{BackendRanked, Candidates, Certify};
+
+/// Query tiles a round may be cut into so that it runs in the buffers already allocated
+/// (`TileBuffers::new`); below this it allocates its own.
+const MIN_REUSED_QUERY_ROWS: usize = 256;
+
+/// Query tiles whose answers are copied out at once.
+const READERS: usize = 2;
+
+/// Share of a symmetric graph's progress reports given to the sweep, before any row is final.
+const SWEEP_SHARE: f64 = 0.9;
+
+pub(crate) struct CorpusSession<'a> {
+    gpu: &'a GpuEngine,
+    corpus: MatrixRef<'a>,
+    metric: Metric,
+    plan: CorpusPlan,
+    shift: wgpu::Buffer,
+    resident: Vec<PreparedRows>,
+    /// The original corpus rows, for exact re-ranking on the GPU.
+    raw_corpus: Option<wgpu::Buffer>,
+    /// Cosine keys re-ranked on the GPU: the float64 norms of the corpus rows and of the
+    /// current round's query rows (the same buffer when those are the corpus rows).
+    exact_norms: Option<(wgpu::Buffer, wgpu::Buffer)>,
+}
+
+/// Rows `q0..q0 + rows` of the queries; `from_corpus` when they are the resident corpus
+/// itself (a graph).
+#[derive(Clone, Copy)]
+struct QueryTile {
+    q0: usize,
+    rows: usize,
+    from_corpus: bool,
+    /// Part of a symmetric sweep (`TilePlan::symmetric`).
+    symmetric: bool,
+    /// Part of a bounded sweep (`TilePlan::bounded`): per-row arrays hold every row, as in a
+    /// symmetric sweep.
+    bounded: bool,
+}
+
+impl CorpusSession<'_> {
+    /// The kc best fp32 candidates of every query, tile by tile. `queries_are_corpus`: the
+    /// queries are the corpus rows themselves, in order (a graph's first round).
+    pub fn candidates(
+        &mut self,
+        queries: MatrixRef<'_>,
+        queries_are_corpus: bool,
+        exclude: &[u32],
+        kc: usize,
+        certify: Option<&Certify<'_>>,
+        report: &(dyn Fn(usize) + Sync),
+    ) -> Result<Candidates> {
+        let gpu = self.gpu;
+        let nq = queries.rows();
+        let d = queries.cols();
+        // A graph's queries are the resident corpus rows: copied on the GPU, not uploaded and
+        // prepared again; and where all rows' state fits, swept in symmetric blocks.
+        let from_corpus = self.plan.resident && queries_are_corpus;
+        let gpu_exact = self.raw_corpus.is_some();
+        // Ranking on the GPU needs its exact keys.
+        let certify = certify.filter(|_| gpu_exact && gpu.kernels.certify.is_some());
+        let forced = gpu.symmetric_graphs == Some(true);
+        let symmetric = (from_corpus && gpu.symmetric_graphs != Some(false))
+            .then(|| plan::plan_symmetric(nq, d, kc, self.plan, gpu.tile_caps, gpu.budget(), forced))
+            .flatten();
+        // A bounded sweep's rows are finished tile by tile on the GPU, ranked there.
+        let bounded_forced = gpu.bounded_sweeps == Some(true);
+        let wanted = bounded_forced || (symmetric.is_none() && gpu.bounded_sweeps != Some(false));
+        let bounded = (from_corpus && certify.is_some() && wanted)
+            .then(|| plan::plan_bounded(nq, d, kc, self.plan, gpu.tile_caps, gpu.budget(), bounded_forced))
+            .flatten();
+        let plan_with =
+            |caps: plan::TileCaps| plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), caps, gpu.budget());
+        let tiles = match (bounded, symmetric) {
+            (Some(tiles), _) | (None, Some(tiles)) => tiles,
+            (None, None) => plan_with(gpu.tile_caps)?,
+        };
+        // The one-invocation kernel of rows under GROUPED_ROWS sums its own norms.
+        if gpu_exact && self.metric == Metric::Cosine && gpu.kernels.refine.is_some() && d >= GROUPED_ROWS {
+            let corpus_norms = match self.exact_norms.take() {
+                Some((corpus_norms, _)) => corpus_norms,
+                None => gpu.upload("corpus norms (f64)", bytemuck::cast_slice(&prepare::row_norms(self.corpus)))?,
+            };
+            let query_norms = if queries_are_corpus {
+                corpus_norms.clone()
+            } else {
+                gpu.upload("query norms (f64)", bytemuck::cast_slice(&prepare::row_norms(queries)))?
+            };
+            self.exact_norms = Some((corpus_norms, query_norms));
+        }
+        let started = std::time::Instant::now();
+        let certify_k = certify.map(|c| c.k);
+        let key_of = |tiles: TilePlan| {
+            let column_tiles = if self.plan.resident {
+                self.resident.iter().map(|c| c.rows.div_ceil(tiles.column_tile)).sum::<usize>()
+            } else {
+                self.plan.chunk_rows.div_ceil(tiles.column_tile)
+            };
+            TileKey { corpus: (self.corpus.rows(), d), tiles, kc, column_tiles, gpu_exact, certify_k }
+        };
+        let mut key = key_of(tiles);
+        let mut reused = true;
+        let cached = gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let buffers = match cached {
+            Some((cached_key, buffers)) if cached_key == key => buffers,
+            Some((_, earlier)) => {
+                // A later round has fewer rows and longer lists: in query tiles small enough,
+                // it runs in the buffers of the round before. Allocating (and first touching)
+                // new ones costs far more than such a round (notes/exactness.md, "Later rounds
+                // in the first round's buffers"). The set keeps the sizes it was made with, so
+                // the next call of the first round's shape (symmetric sweeps included) finds it
+                // as planned.
+                let mut query_rows = tiles.query_rows;
+                let fewest = query_rows.min(MIN_REUSED_QUERY_ROWS);
+                let mut within = earlier.sizes.hold(&TileSizes::of(d, &key)).then_some(key);
+                while within.is_none() && !tiles.symmetric && tiles.bounded.is_none() && query_rows >= fewest {
+                    let Ok(capped) = plan_with(plan::TileCaps { query: query_rows, ..gpu.tile_caps }) else {
+                        break;
+                    };
+                    let candidate = key_of(capped);
+                    if earlier.sizes.hold(&TileSizes::of(d, &candidate)) {
+                        within = Some(candidate);
+                        break;
+                    }
+                    query_rows /= 2;
+                }
+                match within {
+                    Some(within) => {
+                        key = within;
+                        TileBuffers::new(gpu, d, key, Some(&earlier))?
+                    }
+                    None => {
+                        // Freed before the new set is allocated.
+                        drop(earlier);
+                        reused = false;
+                        TileBuffers::new(gpu, d, key, None)?
+                    }
+                }
+            }
+            None => {
+                reused = false;
+                TileBuffers::new(gpu, d, key, None)?
+            }
+        };
+        crate::trace::mark(|| {
+            let how = if reused { "reused" } else { "allocated" };
+            format!("tile buffers {how}: query tiles of {} rows, {kc} candidates", key.tiles.query_rows)
+        });
+        let tiles = key.tiles;
+        let q = tiles.query_rows;
+        // Ranked rows need only k answers each on the host. Every query tile overwrites its
+        // rows of these arrays: zeroed pages cost nothing until then, where sentinels written
+        // first took seconds at large k (notes/exactness.md).
+        let lists = if certify.is_some() { 0 } else { nq * kc };
+        let mut out = Candidates {
+            exact: (gpu_exact && certify.is_none()).then(|| zeroed_answers(lists)),
+            kc,
+            keys: zeroed_answers(lists),
+            ids: zeroed_answers(lists),
+            failed: vec![false; nq],
+            incomplete: if tiles.symmetric || tiles.bounded.is_some() { vec![false; nq] } else { Vec::new() },
+            shortlisted: 0,
+            buffers_allocated: !reused,
+            published: 0,
+            symmetric: tiles.symmetric,
+            bounded: tiles.bounded.is_some(),
+            shared_keys: buffers.shared_keys,
+            ranked: certify.map(|c| {
+                let (ids, distances) = c.answers.take(nq * c.k);
+                BackendRanked { k: c.k, ids, distances, status: vec![1; nq] }
+            }),
+        };
+        if let Some(p) = &gpu.profiler {
+            p.times.lock().unwrap_or_else(|e| e.into_inner()).allocation += started.elapsed().as_secs_f64();
+        }
+        let query_tiles: Vec<QueryTile> = (0..nq)
+            .step_by(q)
+            .map(|q0| QueryTile {
+                q0,
+                rows: q.min(nq - q0),
+                from_corpus,
+                symmetric: tiles.symmetric,
+                bounded: tiles.bounded.is_some(),
+            })
+            .collect();
+        if tiles.symmetric {
+            // Every row's list takes keys from later tiles too: all tiles are swept before
+            // any is finished.
+            self.reset_rows(&buffers, exclude)?;
+            for tile in &query_tiles {
+                self.sweep(queries, *tile, &[], kc, tiles, &buffers, None)?;
+                // No row is final before the last tile, but the sweep is most of the work
+                // (tile I costs in proportion to its last row): progress counts it as 90%.
+                let swept = (tile.q0 + tile.rows) as f64 / nq as f64;
+                report((SWEEP_SHARE * swept * swept * nq as f64) as usize);
+            }
+            if buffers.shared_keys {
+                self.sort_lists_by_index(kc, &buffers)?;
+            }
+        }
+        if tiles.bounded.is_some() {
+            // Every row's bound and empty list before the first tile appends to later rows.
+            self.reset_rows(&buffers, exclude)?;
+            self.sample_bounds(tiles, &buffers)?;
+        }
+        // What finishing a tile reports: its last row, or in a symmetric sweep the rest.
+        let finished = |done: usize| match tiles.symmetric {
+            true => ((SWEEP_SHARE + (1.0 - SWEEP_SHARE) * done as f64 / nq as f64) * nq as f64) as usize,
+            false => done,
+        };
+        // Tile t's results go to staging buffer t % slots. With several, tile t is submitted
+        // before the host reads an earlier tile's results, whose copy out of mapped memory then
+        // runs on another thread beside the GPU; the host waits only for tiles `slots - 1`
+        // behind the last one finished. Ranked answers of tile t - 1 reach their staging buffer
+        // during tile t's sweep, which publishes them (`distance_publish.wgsl`); only the last
+        // tile's are copied after its ranking. Each reader writes its tile's part of `out`
+        // (`TileOut`), so that up to READERS tiles are copied out at once.
+        let slots = buffers.staging.len();
+        let publishes =
+            gpu.kernels.publishes() && slots > 1 && !tiles.symmetric && certify.is_some() && buffers.certify.is_some();
+        let mut parts: Vec<Option<TileOut<'_>>> =
+            TileOut::split(&mut out, &query_tiles).into_iter().map(Some).collect();
+        let shortlisted = std::thread::scope(|scope| -> Result<usize> {
+            type Reader<'s> = std::thread::ScopedJoinHandle<'s, Result<(usize, usize)>>;
+            // Tiles being read, oldest first, and their readers.
+            let mut reading: VecDeque<(usize, Reader<'_>)> = VecDeque::new();
+            // Finished tiles not yet being read, oldest first: the tile, its results, and their
+            // mapping (requested once they are on their way: after the sweep that publishes them).
+            let mut unread: VecDeque<(usize, TileRead, Option<Mapping>)> = VecDeque::new();
+            let mut shortlisted = 0;
+            let collect = |reader: Reader<'_>, shortlisted: &mut usize| -> Result<()> {
+                let (done, rows_shortlisted) = join(reader)?;
+                report(finished(done));
+                *shortlisted += rows_shortlisted;
+                Ok(())
+            };
+            let tile_ranked = certify.and_then(|c| c.tile_ranked);
+            let start_reader = |(t, read, mapping): (usize, TileRead, Option<Mapping>), part| -> Result<_> {
+                let staging = &buffers.staging[t % slots];
+                let started = std::time::Instant::now();
+                // Waited for here, not on the reader's thread: wgpu 30 cannot be polled from
+                // two threads at once (an assertion in its poll fails).
+                mapping.unwrap_or_else(|| Mapping::request(staging, None)).wait(gpu)?;
+                gpu.add_transfer_time(started);
+                crate::trace::mark(|| format!("rows {}..{} mapped", read.q0, read.q0 + read.rows));
+                let b = &buffers;
+                Ok(scope.spawn(move || {
+                    let rows_shortlisted = read.copy_out(gpu, b, staging, part, tile_ranked)?;
+                    crate::trace::mark(|| format!("rows {}..{} copied out", read.q0, read.q0 + read.rows));
+                    Ok((read.q0 + read.rows, rows_shortlisted))
+                }))
+            };
+            // Starts reading the oldest unread tiles no later than `upto`, while fewer than
+            // READERS run.
+            let start_oldest = |upto: usize,
+                                reading: &mut VecDeque<(usize, _)>,
+                                unread: &mut VecDeque<(usize, TileRead, Option<Mapping>)>,
+                                parts: &mut Vec<Option<_>>|
+             -> Result<()> {
+                while reading.len() < READERS && unread.front().is_some_and(|&(t, _, _)| t <= upto) {
+                    let tile = unread.pop_front().expect("the front tile was just seen");
+                    let part = parts[tile.0].take().expect("each tile is read once");
+                    reading.push_back((tile.0, start_reader(tile, part)?));
+                }
+                Ok(())
+            };
+            // Reads every finished tile up to `last`.
+            let read_through = |last: usize,
+                                reading: &mut VecDeque<(usize, _)>,
+                                unread: &mut VecDeque<(usize, TileRead, Option<Mapping>)>,
+                                parts: &mut Vec<Option<_>>,
+                                shortlisted: &mut usize|
+             -> Result<()> {
+                loop {
+                    start_oldest(last, reading, unread, parts)?;
+                    match reading.front() {
+                        Some(&(t, _)) if t <= last => {
+                            let (_, reader) = reading.pop_front().expect("the front reader was just seen");
+                            collect(reader, shortlisted)?;
+                        }
+                        _ => return Ok(()),
+                    }
+                }
+            };
+            for (t, &tile) in query_tiles.iter().enumerate() {
+                let QueryTile { q0, rows, .. } = tile;
+                if !tiles.symmetric {
+                    // Queued before the host reads earlier tiles, so that the GPU sweeps this
+                    // tile meanwhile; it publishes the tile before, whose mapping then follows.
+                    let unpublished = unread.back().filter(|(_, _, mapping)| mapping.is_none());
+                    let publish = unpublished.map(|&(before, _, _)| &buffers.staging[before % slots]);
+                    let index = match tiles.bounded {
+                        Some(_) => self.sweep_bounded(tile, kc, tiles, &buffers, publish)?,
+                        None => self.sweep(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers, publish)?,
+                    };
+                    if let Some((before, _, mapping @ None)) = unread.back_mut() {
+                        *mapping = Some(Mapping::request(&buffers.staging[*before % slots], Some(index)));
+                    }
+                }
+                // The tile that last used this tile's staging buffer must have been read.
+                // The reader of the tile `slots - 1` behind starts first, beside the one being
+                // waited for: at large k the readers' copy-outs pace the loop (notes/select.md,
+                // "Two readers at once").
+                if let Some(behind) = (t + 1).checked_sub(slots) {
+                    start_oldest(behind, &mut reading, &mut unread, &mut parts)?;
+                }
+                if let Some(last) = t.checked_sub(slots) {
+                    read_through(last, &mut reading, &mut unread, &mut parts, &mut shortlisted)?;
+                }
+                let published_later = publishes && t + 1 < query_tiles.len();
+                let staging = &buffers.staging[t % slots];
+                let (read, mapping) = self.finish(tile, kc, certify, &buffers, staging, published_later)?;
+                unread.push_back((t, read, mapping));
+                // Start reading the tile `slots - 1` behind (with one read-back buffer, this
+                // tile), whose results are ready or nearly: the host then waits on the GPU only
+                // that far behind it.
+                if let Some(behind) = (t + 1).checked_sub(slots) {
+                    start_oldest(behind, &mut reading, &mut unread, &mut parts)?;
+                }
+            }
+            read_through(usize::MAX, &mut reading, &mut unread, &mut parts, &mut shortlisted)?;
+            Ok(shortlisted)
+        })?;
+        out.shortlisted = shortlisted;
+        // Every tile's answers but the last one's.
+        out.published = if publishes { nq - query_tiles.last().map_or(0, |t| t.rows) } else { 0 };
+        *gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, buffers));
+        Ok(out)
+    }
+}
+
+/// Waits for a query tile's reader thread.
+fn join<T>(reader: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
+    reader.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}

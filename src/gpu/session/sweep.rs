@@ -1,0 +1,305 @@
+//! The sweeps of a query tile against the corpus: distance tiles, selects and merges into the
+//! running lists, plain or (a graph's rows against themselves) in symmetric blocks. The
+//! bounded sweep is in `bounded`.
+
+use super::corpus::PreparedRows;
+use super::tile_buffers::TileBuffers;
+use super::{CorpusSession, QueryTile};
+use crate::data::MatrixRef;
+use crate::error::Result;
+use crate::gpu::kernels::{
+    bind_group, bind_group_at, gemm_tiles, grid, metric_modes, publishing_groups, DistanceParams, Job, NormsParams,
+    ParamSlots, SelectParams, Step, WIDE_MERGE_KC,
+};
+use crate::plan::TilePlan;
+use crate::refine::NONE;
+
+impl CorpusSession<'_> {
+    /// Starts the per-row state (of a query tile, or of every row in a symmetric sweep):
+    /// each row's exclusion and no bound yet, no flags, empty shortlists.
+    pub(super) fn reset_rows(&self, b: &TileBuffers, exclude: &[u32]) -> Result<()> {
+        let gpu = self.gpu;
+        let started = std::time::Instant::now();
+        let row_state: Vec<[u32; 2]> = exclude.iter().map(|&e| [e, f32::INFINITY.to_bits()]).collect();
+        gpu.ctx.queue.write_buffer(&b.row_state, 0, bytemuck::cast_slice(&row_state));
+        let mut encoder = gpu.ctx.device.create_command_encoder(&Default::default());
+        encoder.clear_buffer(&b.failed, 0, None);
+        encoder.clear_buffer(&b.shortlist_len, 0, None);
+        gpu.ctx.queue.submit([encoder.finish()]);
+        gpu.add_transfer_time(started);
+        Ok(())
+    }
+
+    /// The select kernels' bind group with the per-row arrays bound from state row `base`.
+    fn select_bind(&self, b: &TileBuffers, base: usize, kc: usize, shortlist_cap: usize) -> wgpu::BindGroup {
+        let gpu = self.gpu;
+        let base = base as u64;
+        bind_group_at(
+            &gpu.ctx.device,
+            &gpu.kernels.select.rows.layout,
+            &b.uniform,
+            &[
+                (&b.dist, 0),
+                (&b.aux[0], 0),
+                (&b.aux[1], 0),
+                (&b.aux[2], 0),
+                (&b.aux[3], 0),
+                (&b.candidates, base * kc as u64 * 8),
+                (&b.failed, base * 4),
+                (&b.row_state, base * 8),
+                (&b.shortlist_len, base * 4),
+                (&b.shortlist, base * shortlist_cap as u64 * 8),
+            ],
+        )
+    }
+
+    /// Runs one query tile's distance tiles, selections and merges on the GPU. In a
+    /// symmetric sweep the tile meets the corpus rows up to its own last row, and the column
+    /// rows of earlier tiles merge what it appended to their shortlists. `exclude`: the
+    /// tile's rows' exclusions, when its per-row state is set here (not in a symmetric
+    /// sweep, which sets every row's at once). `publish`: the read-back buffer into which its
+    /// first distance dispatch copies the ranked answers of the query tile before
+    /// (`distance_publish.wgsl`). Returns the submission that does so.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn sweep(
+        &self,
+        queries: MatrixRef<'_>,
+        tile: QueryTile,
+        exclude: &[u32],
+        kc: usize,
+        tiles: TilePlan,
+        b: &TileBuffers,
+        publish: Option<&wgpu::Buffer>,
+    ) -> Result<wgpu::SubmissionIndex> {
+        let gpu = self.gpu;
+        let device = &gpu.ctx.device;
+        let d = queries.cols();
+        let QueryTile { q0, rows, from_corpus, symmetric, .. } = tile;
+        let base = if symmetric { q0 } else { 0 };
+        let cap = tiles.shortlist_cap;
+        if !symmetric {
+            if !from_corpus {
+                let started = std::time::Instant::now();
+                gpu.ctx.queue.write_buffer(
+                    &b.raw_queries,
+                    0,
+                    bytemuck::cast_slice(&queries.as_slice()[q0 * d..(q0 + rows) * d]),
+                );
+                gpu.add_transfer_time(started);
+            }
+            self.reset_rows(b, exclude)?;
+        }
+
+        let select_bind = self.select_bind(b, base, kc, cap);
+        let norms_bind = bind_group(
+            device,
+            &gpu.kernels.norms.layout,
+            &b.uniform,
+            &[&b.raw_queries, &self.shift, &b.queries.vectors, &b.queries.norms],
+        );
+        debug_assert!(
+            publish.is_none() || b.certify.is_some() && gpu.kernels.distance_publish.is_some(),
+            "published answers are ranked ones"
+        );
+        let distance_bind = |chunk: &PreparedRows| {
+            bind_group(device, &gpu.kernels.distance.layout, &b.uniform, &distance_buffers(b, chunk))
+        };
+        // A symmetric sweep stops at the tile's last row: later rows meet this tile as columns.
+        let columns_end = if symmetric { q0 + rows } else { self.corpus.rows() };
+        // Column rows that merge this tile's keys: the rows of earlier tiles, a query tile's
+        // worth at a time (the auxiliary arrays hold that many rows).
+        let column_merges = |c0: usize, cols: usize| -> Vec<(usize, usize)> {
+            if !symmetric {
+                return Vec::new();
+            }
+            let end = (c0 + cols).min(q0);
+            (c0..end).step_by(tiles.query_rows).map(|r0| (r0, tiles.query_rows.min(end - r0))).collect()
+        };
+
+        // A resident corpus goes in one submission; a streamed one a chunk at a time.
+        let starts: Vec<usize> = (0..self.corpus.rows()).step_by(self.plan.chunk_rows).collect();
+        let batches: Vec<Vec<usize>> = if self.plan.resident {
+            vec![(0..starts.len()).collect()]
+        } else {
+            (0..starts.len()).map(|i| vec![i]).collect()
+        };
+        let mut first_tile = true;
+        let mut publishing = None;
+        for (batch_no, batch) in batches.iter().enumerate() {
+            let streamed: Vec<PreparedRows> = if self.plan.resident {
+                Vec::new()
+            } else {
+                batch
+                    .iter()
+                    .map(|&c| {
+                        let rows = self.plan.chunk_rows.min(self.corpus.rows() - starts[c]);
+                        let chunk = gpu.prepared_rows(starts[c], rows, d)?;
+                        self.prepare_chunk(&chunk, None, false)?;
+                        Ok(chunk)
+                    })
+                    .collect::<Result<_>>()?
+            };
+            let chunks: Vec<&PreparedRows> = if self.plan.resident {
+                batch.iter().map(|&c| &self.resident[c]).collect()
+            } else {
+                streamed.iter().collect()
+            };
+            let distance_binds: Vec<wgpu::BindGroup> = chunks.iter().map(|c| distance_bind(c)).collect();
+            // Only the sweep's first distance tile publishes.
+            let publishing_bind =
+                publish.filter(|_| first_tile).and_then(|read_back| self.publishing(b, chunks[0], read_back));
+            // Distance tiles of each chunk: (first row in the chunk, rows).
+            let column_tiles: Vec<Vec<(usize, usize)>> = chunks
+                .iter()
+                .map(|chunk| {
+                    let end = chunk.rows.min(columns_end.saturating_sub(chunk.first));
+                    (0..end).step_by(tiles.column_tile).map(|c0| (c0, tiles.column_tile.min(end - c0))).collect()
+                })
+                .collect();
+            let column_binds: Vec<wgpu::BindGroup> = chunks
+                .iter()
+                .zip(&column_tiles)
+                .flat_map(|(chunk, cts)| cts.iter().flat_map(|&(c0, cols)| column_merges(chunk.first + c0, cols)))
+                .map(|(r0, _)| self.select_bind(b, r0, kc, cap))
+                .collect();
+            let mut column_binds = column_binds.iter();
+
+            let mut params = ParamSlots::default();
+            let mut jobs = Vec::new();
+            if batch_no == 0 && !from_corpus {
+                let (gx, gy) = grid(rows, gpu.max_groups);
+                let offset = params.push(NormsParams::new(rows, d, self.metric, gx));
+                jobs.push(Job { step: Step::Norms, offset, groups: (gx, gy), bind: &norms_bind });
+            }
+            // Long lists merge with a workgroup per row; short ones with a subgroup each.
+            let per_subgroup =
+                gpu.kernels.select.rows_per_subgroup_group(&gpu.ctx.info).filter(|_| kc <= WIDE_MERGE_KC);
+            let merge_step = if per_subgroup.is_some() { Step::Merge } else { Step::MergeWide };
+            let merge_groups = |rows: usize| match per_subgroup {
+                Some(per_group) => (grid(rows.div_ceil(per_group as usize), gpu.max_groups), per_group),
+                None => (grid(rows, gpu.max_groups), 0),
+            };
+            for ((chunk, dbind), cts) in chunks.iter().zip(&distance_binds).zip(&column_tiles) {
+                for &(c0, cols) in cts {
+                    let col_base = (chunk.first + c0) as u32;
+                    // From the second tile on, rows have a bound and keys under it go to
+                    // their shortlists.
+                    let shortlist_cap = if first_tile { 0 } else { cap as u32 };
+                    let tile_count = gemm_tiles(rows, cols);
+                    let publishing = publishing_bind.as_ref().filter(|_| first_tile).map(|(bind, _)| bind);
+                    let groups = if publishing.is_some() { publishing_groups(tile_count) } else { tile_count };
+                    let (gx, gy) = grid(groups, gpu.max_groups);
+                    let offset = params.push(DistanceParams {
+                        q_rows: rows as u32,
+                        c_rows: cols as u32,
+                        dim4: d.div_ceil(4) as u32,
+                        c_offset: c0 as u32,
+                        col_base,
+                        out_stride: tiles.dist_stride as u32,
+                        mode: metric_modes(self.metric).1,
+                        groups_x: gx,
+                        shortlist_cap,
+                        row_base: base as u32,
+                        column_end: if symmetric { q0 as u32 } else { 0 },
+                        column_cap: cap as u32,
+                        publish_len: publishing_bind.as_ref().filter(|_| first_tile).map_or(0, |&(_, len)| len),
+                        ..Default::default()
+                    });
+                    let job = match publishing {
+                        Some(bind) => Job { step: Step::DistancePublishing, offset, groups: (gx, gy), bind },
+                        None => Job { step: Step::Distance, offset, groups: (gx, gy), bind: dbind },
+                    };
+                    jobs.push(job);
+                    let (sx, sy) = grid(rows, gpu.max_groups);
+                    // Running lists of all state rows first, then the latest tile's lists.
+                    let tile_region = ((b.state_rows - base) * kc) as u32;
+                    let select = SelectParams {
+                        rows: rows as u32,
+                        need: kc as u32,
+                        scratch_stride: tiles.scratch_stride as u32,
+                        out_stride: kc as u32,
+                        groups_x: sx,
+                        shortlist_cap,
+                        ..Default::default()
+                    };
+                    // The tile's kc best: straight into the running lists for the first tile,
+                    // else into the tile region.
+                    let offset = params.push(SelectParams {
+                        len: cols as u32,
+                        in_stride: tiles.dist_stride as u32,
+                        col_base,
+                        out_offset: if first_tile { 0 } else { tile_region },
+                        dense: 1,
+                        ..select
+                    });
+                    jobs.push(Job { step: Step::SelectRows, offset, groups: (sx, sy), bind: &select_bind });
+                    // Merge: the kc best of the running list and the tile's list.
+                    let merge = SelectParams { len: 2 * kc as u32, in_stride: tile_region, ..select };
+                    if !first_tile {
+                        let ((mx, my), per_group) = merge_groups(rows);
+                        let offset = params.push(SelectParams { groups_x: mx, rows_per_group: per_group, ..merge });
+                        jobs.push(Job { step: merge_step, offset, groups: (mx, my), bind: &select_bind });
+                    }
+                    // The column rows' shortlists, with no tile list to fall back on.
+                    for (_, merge_rows) in column_merges(col_base as usize, cols) {
+                        let ((mx, my), per_group) = merge_groups(merge_rows);
+                        let offset = params.push(SelectParams {
+                            rows: merge_rows as u32,
+                            in_stride: NONE,
+                            shortlist_cap: cap as u32,
+                            groups_x: mx,
+                            rows_per_group: per_group,
+                            ..merge
+                        });
+                        let bind = column_binds.next().expect("a bind group per column merge");
+                        jobs.push(Job { step: merge_step, offset, groups: (mx, my), bind });
+                    }
+                    first_tile = false;
+                }
+            }
+            gpu.ctx.queue.write_buffer(&b.uniform, 0, &params.bytes);
+            let mut encoder = device.create_command_encoder(&Default::default());
+            if batch_no == 0 && from_corpus {
+                self.copy_corpus_rows(&mut encoder, q0, rows, b);
+            }
+            let submitted = gpu.submit(encoder, &jobs)?;
+            crate::trace::mark(|| format!("rows {q0}..{} swept against chunk {batch_no} (submitted)", q0 + rows));
+            publishing.get_or_insert(submitted.index.clone());
+            if !self.plan.resident {
+                // A streamed chunk is freed when its tiles have run: one in memory at a time.
+                gpu.completion(submitted)?;
+            }
+        }
+        publishing.ok_or_else(|| crate::error::Error::Gpu("a corpus of no rows has nothing to sweep".into()))
+    }
+
+    /// The publishing distance kernel's bind group against `chunk`, with the ranked answers it
+    /// copies into `read_back` (`distance_publish.wgsl`), and how many vec4s it copies; `None`
+    /// where answers are not ranked on the GPU or the adapter cannot publish.
+    pub(super) fn publishing(
+        &self,
+        b: &TileBuffers,
+        chunk: &PreparedRows,
+        read_back: &wgpu::Buffer,
+    ) -> Option<(wgpu::BindGroup, u32)> {
+        let gpu = self.gpu;
+        let (cb, kernel) = (b.certify.as_ref()?, gpu.kernels.distance_publish.as_ref()?);
+        let buffers = [distance_buffers(b, chunk).as_slice(), &[&cb.answers, read_back]].concat();
+        // In whole vec4s: the layout's parts start at multiples of 256 bytes.
+        Some((bind_group(&gpu.ctx.device, &kernel.layout, &b.uniform, &buffers), (cb.flags_at / 16) as u32))
+    }
+}
+
+/// The distance kernel's storage buffers for query tile buffers `b` against `chunk`.
+pub(super) fn distance_buffers<'a>(b: &'a TileBuffers, chunk: &'a PreparedRows) -> [&'a wgpu::Buffer; 8] {
+    [
+        &b.queries.vectors,
+        &chunk.vectors,
+        &b.queries.norms,
+        &chunk.norms,
+        &b.row_state,
+        &b.dist,
+        &b.shortlist_len,
+        &b.shortlist,
+    ]
+}
