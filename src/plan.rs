@@ -489,6 +489,48 @@ fn list_cap(kc: usize, b: BoundedSweep) -> usize {
     (expected.ceil() as usize).max(kc + 64).next_multiple_of(64)
 }
 
+/// What bears on how a round of candidates sweeps the corpus.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SweepAsk {
+    /// Queries of the round, their dimension, and candidates kept for each.
+    pub nq: usize,
+    pub d: usize,
+    pub kc: usize,
+    /// The corpus: its plan and rows.
+    pub corpus: CorpusPlan,
+    pub corpus_rows: usize,
+    pub caps: TileCaps,
+    pub dev: DeviceBudget,
+    /// The queries are the resident corpus rows themselves (a graph's first round), which a
+    /// symmetric or bounded sweep needs.
+    pub from_corpus: bool,
+    /// The device ranks and certifies rows, which a bounded sweep needs.
+    pub ranks: bool,
+    /// `Options::symmetric_graphs` and `Options::bounded_sweeps`: `None` leaves the choice
+    /// here, `Some` forces a sweep on (where it is possible) or off.
+    pub symmetric: Option<bool>,
+    pub bounded: Option<bool>,
+}
+
+/// The one place that chooses a round's sweep, as the tiles it runs in: bounded (rows
+/// finished tile by tile under sampled bounds) where lists are long, else symmetric (each
+/// distance once for both rows) where all rows' state fits, else plain query tiles.
+pub(crate) fn choose_sweep(a: SweepAsk) -> Result<TilePlan> {
+    let SweepAsk { nq, d, kc, corpus, corpus_rows, caps, dev, from_corpus, ranks, symmetric, bounded } = a;
+    let symmetric_plan = (from_corpus && symmetric != Some(false))
+        .then(|| plan_symmetric(nq, d, kc, corpus, caps, dev, symmetric == Some(true)))
+        .flatten();
+    let bounded_forced = bounded == Some(true);
+    let bounded_wanted = bounded_forced || (symmetric_plan.is_none() && bounded != Some(false));
+    let bounded_plan = (from_corpus && ranks && bounded_wanted)
+        .then(|| plan_bounded(nq, d, kc, corpus, caps, dev, bounded_forced))
+        .flatten();
+    match bounded_plan.or(symmetric_plan) {
+        Some(tiles) => Ok(tiles),
+        None => plan_tiles(nq, d, kc, corpus, corpus_rows, caps, dev),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -658,6 +700,43 @@ mod tests {
         assert!(bounded(200, 24, 125, default, true).is_none());
         assert!(bounded(10_000_000, 128, 1024, LAVAPIPE, true).is_none());
         assert!(bounded(65536, 128, 1024, DeviceBudget { max_binding: 128 << 20, budget: 1 << 30 }, true).is_none());
+    }
+
+    #[test]
+    fn each_round_takes_the_sweep_its_problem_and_the_options_allow() {
+        let dev = DeviceBudget { max_binding: 2 << 30, budget: 16 << 30 };
+        let ask = |nq: usize, kc: usize| SweepAsk {
+            nq,
+            d: 128,
+            kc,
+            corpus: plan_corpus(nq, 128, dev).unwrap(),
+            corpus_rows: nq,
+            caps: TileCaps::default(),
+            dev,
+            from_corpus: true,
+            ranks: true,
+            symmetric: None,
+            bounded: None,
+        };
+        let kind = |t: TilePlan| match (t.symmetric, t.bounded.is_some()) {
+            (true, _) => "symmetric",
+            (_, true) => "bounded",
+            _ => "plain",
+        };
+        let sweep = |a: SweepAsk| kind(choose_sweep(a).unwrap());
+        // Short lists of a large graph: symmetric; long lists: bounded; small graphs: plain.
+        assert_eq!(sweep(ask(262_144, 26)), "symmetric");
+        assert_eq!(sweep(ask(65536, 1024)), "bounded");
+        assert_eq!(sweep(ask(16384, 26)), "plain");
+        // Searches and devices that do not rank rows take neither.
+        assert_eq!(sweep(SweepAsk { from_corpus: false, ..ask(262_144, 26) }), "plain");
+        assert_eq!(sweep(SweepAsk { ranks: false, ..ask(65536, 1024) }), "plain");
+        // The options force a sweep off, or on where it is possible.
+        assert_eq!(sweep(SweepAsk { symmetric: Some(false), ..ask(262_144, 26) }), "plain");
+        assert_eq!(sweep(SweepAsk { bounded: Some(false), ..ask(65536, 1024) }), "plain");
+        assert_ne!(sweep(ask(16384, 1024)), "bounded");
+        assert_eq!(sweep(SweepAsk { bounded: Some(true), ..ask(16384, 1024) }), "bounded");
+        assert_eq!(sweep(SweepAsk { symmetric: Some(true), ..ask(16384, 26) }), "symmetric");
     }
 
     #[test]

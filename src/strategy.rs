@@ -89,9 +89,8 @@ pub(crate) fn choose(p: Problem, workers: usize, asked: Asked) -> Strategy {
     let rows = asked.block_rows.unwrap_or_else(|| {
         // Two blocks a worker at least, so that there are more jobs (P (P + 1) / 2) than
         // workers; blocks the device ranks; smaller blocks where the memory limit asks.
-        let blocks = (2 * workers)
-            .max(p.n.div_ceil(DEFAULT_BLOCK_ROWS))
-            .max(device_rows.map_or(1, |r| p.n.div_ceil(r)));
+        let blocks =
+            (2 * workers).max(p.n.div_ceil(DEFAULT_BLOCK_ROWS)).max(device_rows.map_or(1, |r| p.n.div_ceil(r)));
         let mut rows = p.n.div_ceil(blocks);
         while rows > MIN_BLOCK_ROWS
             && asked.memory.is_some_and(|m| memory::partitioned_estimate(p, rows, workers, 2) > m)
@@ -116,8 +115,7 @@ pub(crate) fn choose(p: Problem, workers: usize, asked: Asked) -> Strategy {
 mod tests {
     use super::*;
 
-    const LISTED: Asked =
-        Asked {
+    const LISTED: Asked = Asked {
         block_rows: None,
         checkpoint: false,
         devices_listed: true,

@@ -90,22 +90,22 @@ impl CorpusSession<'_> {
         let gpu_exact = self.raw_corpus.is_some();
         // Ranking on the GPU needs its exact keys.
         let certify = certify.filter(|_| gpu_exact && gpu.kernels.certify.is_some());
-        let forced = gpu.symmetric_graphs == Some(true);
-        let symmetric = (from_corpus && gpu.symmetric_graphs != Some(false))
-            .then(|| plan::plan_symmetric(nq, d, kc, self.plan, gpu.tile_caps, gpu.budget(), forced))
-            .flatten();
-        // A bounded sweep's rows are finished tile by tile on the GPU, ranked there.
-        let bounded_forced = gpu.bounded_sweeps == Some(true);
-        let wanted = bounded_forced || (symmetric.is_none() && gpu.bounded_sweeps != Some(false));
-        let bounded = (from_corpus && certify.is_some() && wanted)
-            .then(|| plan::plan_bounded(nq, d, kc, self.plan, gpu.tile_caps, gpu.budget(), bounded_forced))
-            .flatten();
         let plan_with =
             |caps: plan::TileCaps| plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), caps, gpu.budget());
-        let tiles = match (bounded, symmetric) {
-            (Some(tiles), _) | (None, Some(tiles)) => tiles,
-            (None, None) => plan_with(gpu.tile_caps)?,
-        };
+        let tiles = plan::choose_sweep(plan::SweepAsk {
+            nq,
+            d,
+            kc,
+            corpus: self.plan,
+            corpus_rows: self.corpus.rows(),
+            caps: gpu.tile_caps,
+            dev: gpu.budget(),
+            from_corpus,
+            // A bounded sweep's rows are finished tile by tile on the GPU, ranked there.
+            ranks: certify.is_some(),
+            symmetric: gpu.symmetric_graphs,
+            bounded: gpu.bounded_sweeps,
+        })?;
         // The one-invocation kernel of rows under GROUPED_ROWS sums its own norms.
         if gpu_exact && self.metric == Metric::Cosine && gpu.kernels.refine.is_some() && d >= GROUPED_ROWS {
             let corpus_norms = match self.exact_norms.take() {
