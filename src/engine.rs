@@ -75,8 +75,9 @@ impl Engine {
 impl Engine {
     /// The two sides of an off-diagonal block of a graph: the `kc` best candidates of each row
     /// of `i` among the rows of `j` (ids rows of `j`), and of each row of `j` among those of
-    /// `i` (ids rows of `i`). The CPU computes each key once for both rows, where both blocks
-    /// have at least `kc` rows; elsewhere the two sides are two searches.
+    /// `i` (ids rows of `i`), and whether each key was computed once for both its rows (a
+    /// two-sided block). Both backends do so where both blocks have at least `kc` rows, and
+    /// the GPU where the block fits its sweep; elsewhere the two sides are two searches.
     pub fn pair_candidates(
         &self,
         i: MatrixRef<'_>,
@@ -84,15 +85,20 @@ impl Engine {
         kc: usize,
         shift: &[f32],
         metric: Metric,
-    ) -> Result<(Candidates, Candidates)> {
-        if let (Engine::Cpu(c), true) = (self, kc <= i.rows().min(j.rows())) {
+    ) -> Result<PairCandidates> {
+        if kc <= i.rows().min(j.rows()) {
             let mut both = Vec::with_capacity(i.as_slice().len() + j.as_slice().len());
             both.extend_from_slice(i.as_slice());
             both.extend_from_slice(j.as_slice());
             let both = MatrixRef::new(&both, i.rows() + j.rows(), i.cols())?;
-            let session = c.open(both, shift, metric, None);
-            let cands = session.two_sided_candidates(i.rows(), kc);
-            return Ok(split_sides(cands, i.rows()));
+            let once = match self {
+                Engine::Cpu(c) => Some(c.open(both, shift, metric, None).two_sided_candidates(i.rows(), kc)),
+                Engine::Gpu(g) => retry_smaller(g, || g.open(both, shift, metric)?.two_sided_candidates(i.rows(), kc))?,
+            };
+            if let Some(cands) = once {
+                let (of_i, of_j) = split_sides(cands, i.rows());
+                return Ok(PairCandidates { of_i, of_j, once: true });
+            }
         }
         let side = |queries: MatrixRef<'_>, corpus: MatrixRef<'_>| {
             let exclude = vec![NONE; queries.rows()];
@@ -109,8 +115,18 @@ impl Engine {
             };
             self.candidates(job, &|_| {})
         };
-        Ok((side(i, j)?, side(j, i)?))
+        Ok(PairCandidates { of_i: side(i, j)?, of_j: side(j, i)?, once: false })
     }
+}
+
+/// What [`Engine::pair_candidates`] found.
+pub(crate) struct PairCandidates {
+    /// The rows of `i` among those of `j`.
+    pub of_i: Candidates,
+    /// The rows of `j` among those of `i`.
+    pub of_j: Candidates,
+    /// Each key was computed once, for both its rows.
+    pub once: bool,
 }
 
 /// Candidates of the rows `[i; j]` of a two-sided block, ids into `[i; j]`, as those of `i`
@@ -122,24 +138,19 @@ fn split_sides(mut cands: Candidates, split: usize) -> (Candidates, Candidates) 
     for id in cands.ids.iter_mut().filter(|id| **id != NONE) {
         *id -= split as u32;
     }
-    let side = |keys, ids, failed: Vec<bool>| Candidates {
-        kc,
-        keys,
-        ids,
-        failed,
-        incomplete: Vec::new(),
-        shortlisted: 0,
-        buffers_allocated: false,
-        symmetric: true,
-        bounded: false,
-        shared_keys: false,
-        published: 0,
-        exact: None,
-        ranked: None,
-    };
+    let j_exact = cands.exact.as_mut().map(|exact| exact.split_off(split * kc));
     let j_failed = cands.failed.split_off(split);
-    let i_side = side(cands.keys, cands.ids, cands.failed);
-    (i_side, side(j_keys, j_ids, j_failed))
+    let j_incomplete = if cands.incomplete.is_empty() { Vec::new() } else { cands.incomplete.split_off(split) };
+    let j_side = Candidates {
+        keys: j_keys,
+        ids: j_ids,
+        exact: j_exact,
+        failed: j_failed,
+        incomplete: j_incomplete,
+        ranked: None,
+        ..cands
+    };
+    (Candidates { ranked: None, ..cands }, j_side)
 }
 
 /// What [`Engine::candidates`] computes.
@@ -164,6 +175,79 @@ pub(crate) fn retry_smaller<T>(gpu: &GpuEngine, mut f: impl FnMut() -> Result<T>
         match f() {
             Err(Error::OutOfMemory(_)) if gpu.shrink_budget() => continue,
             other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::search::{Backend, Options};
+    use rand::{Rng, SeedableRng};
+
+    /// Each row's float64 squared distances to the rows of `other`, ascending, with ids.
+    fn reference(row: &[f32], other: MatrixRef<'_>) -> Vec<(f64, u32)> {
+        let mut keys: Vec<(f64, u32)> = (0..other.rows())
+            .map(|j| {
+                let key = row.iter().zip(other.row(j)).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum();
+                (key, j as u32)
+            })
+            .collect();
+        keys.sort_by(|a, b| a.0.total_cmp(&b.0));
+        keys
+    }
+
+    /// Rows of each side whose list is the kc nearest rows of the other side (where the
+    /// kc-th and the next distance differ: the fp32 keys may order near-ties either way).
+    fn assert_sides_exact(engine: &Engine, i: MatrixRef<'_>, j: MatrixRef<'_>, kc: usize) -> bool {
+        let shift = vec![0.0; i.cols()];
+        let pair = engine.pair_candidates(i, j, kc, &shift, Metric::SqEuclidean).unwrap();
+        let label = engine.description();
+        for (rows, other, cands) in [(i, j, &pair.of_i), (j, i, &pair.of_j)] {
+            // A side searched among fewer than kc rows lists them all.
+            let kc = kc.min(other.rows());
+            assert_eq!((cands.kc, cands.failed.len()), (kc, rows.rows()), "{label}");
+            let mut checked = 0;
+            for r in 0..rows.rows() {
+                assert!(!cands.failed[r] && cands.incomplete.get(r) != Some(&true), "{label}: row {r} not finished");
+                let want = reference(rows.row(r), other);
+                if want.get(kc).is_some_and(|next| next.0 - want[kc - 1].0 < 1e-4 * next.0) {
+                    continue;
+                }
+                let mut got: Vec<u32> = cands.ids[r * kc..(r + 1) * kc].to_vec();
+                let mut best: Vec<u32> = want[..kc].iter().map(|&(_, id)| id).collect();
+                got.sort_unstable();
+                best.sort_unstable();
+                assert_eq!(got, best, "{label}: row {r} of {} against {}", rows.rows(), other.rows());
+                checked += 1;
+            }
+            assert!(checked * 10 >= rows.rows() * 9, "{label}: only {checked} rows checked");
+        }
+        pair.once
+    }
+
+    #[test]
+    fn two_sided_blocks_give_each_side_its_nearest_rows() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let data: Vec<f32> = (0..(192 + 320) * 12).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let (i, j) = data.split_at(192 * 12);
+        let (i, j) = (MatrixRef::new(i, 192, 12).unwrap(), MatrixRef::new(j, 320, 12).unwrap());
+        let cpu = Engine::Cpu(CpuEngine::new());
+        assert!(assert_sides_exact(&cpu, i, j, 24), "the CPU computed the block as two searches");
+        // A block with a side shorter than kc is two searches.
+        assert!(!assert_sides_exact(&cpu, i.slice_rows(0..20), j, 24));
+        for no_subgroups in [false, true] {
+            let options =
+                Options { backend: Backend::Gpu, no_subgroups, max_query_tile: Some(64), ..Options::default() };
+            let gpu = GpuEngine::new(&options.gpu_settings(), false)
+                .unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));
+            let gpu = Engine::Gpu(Box::new(gpu));
+            // Query tiles of 64 rows: I's rows take their bounds from J's first tile, and J's
+            // later tiles offer their keys to I's rows' shortlists.
+            assert!(assert_sides_exact(&gpu, i, j, 24), "{}: the block was two searches", gpu.description());
+            assert!(assert_sides_exact(&gpu, j.slice_rows(0..256), i, 40), "{}", gpu.description());
+            // A split not on a tile boundary is two searches.
+            assert!(!assert_sides_exact(&gpu, i.slice_rows(0..100), j, 24), "{}", gpu.description());
         }
     }
 }

@@ -76,13 +76,17 @@ const SYMMETRIC_TILE: usize = 1024;
 /// Largest distance tile width: wide tiles amortise the per-tile merge of candidate lists.
 pub(crate) const MAX_COLUMN_TILE: usize = 16384;
 
+/// Narrowest distance tile a small budget trades for more query rows: below it the distance
+/// and select dispatches of a tile are too small to fill a large GPU.
+const MIN_COLUMN_TILE: usize = 1024;
+
 /// Largest distance tile width where every tile is selected densely (lists longer than
 /// [`DENSE_KC`]): a merge of two long lists costs about as much as the select of a tile, so
 /// fewer, wider tiles save merges (notes/select.md, "Dense selects for long lists").
 pub(crate) const MAX_DENSE_COLUMN_TILE: usize = 65536;
 
-/// Fewest query rows worth taking wide dense tiles for (where narrow ones allow more): enough
-/// rows, a workgroup each in the select, to fill a large GPU.
+/// Fewest query rows that fill a large GPU (a workgroup each in the select): wide distance
+/// tiles are taken only where they leave this many, or narrow ones leave no more.
 const MIN_WIDE_QUERY_ROWS: usize = 1024;
 
 /// Caps on tile sizes below what the budget allows (tests give small problems many tiles).
@@ -132,8 +136,18 @@ pub(crate) fn plan_tiles(
     dev: DeviceBudget,
 ) -> Result<TilePlan> {
     let within = |widest: usize| {
-        let caps = TileCaps { column: caps.column.min(widest), ..caps };
-        plan_tiles_within(nq, d, kc, corpus, n, caps, dev)
+        // Each query row holds a distance tile row and the select's arrays, 20 bytes a
+        // column: under a small budget wide tiles leave too few query rows to fill the GPU,
+        // and narrower ones trade width for rows.
+        let mut column = caps.column.min(widest);
+        loop {
+            let plan = plan_tiles_within(nq, d, kc, corpus, n, TileCaps { column, ..caps }, dev);
+            let short = plan.as_ref().map_or(true, |t| t.query_rows < nq.min(MIN_WIDE_QUERY_ROWS));
+            if !short || column.min(corpus.chunk_rows) / 2 < MIN_COLUMN_TILE {
+                return plan;
+            }
+            column = column.min(corpus.chunk_rows) / 2;
+        }
     };
     let narrow = within(MAX_COLUMN_TILE);
     if kc <= DENSE_KC {
@@ -298,14 +312,7 @@ pub(crate) fn plan_symmetric(
     if !corpus.resident || corpus.chunk_rows < n {
         return None;
     }
-    let column_tile = corpus.chunk_rows.min(caps.column).min(MAX_COLUMN_TILE) / ALIGN_ROWS * ALIGN_ROWS;
-    if column_tile == 0 {
-        return None;
-    }
-    let dist_stride = column_tile.next_multiple_of(4);
     let shortlist_cap = 2 * kc + 64;
-    // A merge holds the running list and a whole shortlist in the auxiliary arrays.
-    let scratch_stride = column_tile.max(kc + shortlist_cap);
     let row = prepared_row_bytes(d);
     let shared_keys = if d >= WIDE_ROWS { 8 * kc as u64 } else { 0 };
     let per_row_state = 8 * (kc + shortlist_cap) as u64 + 16 + shared_keys;
@@ -314,11 +321,28 @@ pub(crate) fn plan_symmetric(
         return None;
     }
     let free = dev.budget.checked_sub(n as u64 * (row + per_row_state))?;
-    let tile = SweptTile { n, dist_stride, scratch_stride, kc, list_cap: shortlist_cap, row, free };
-    let plan_with = |read_backs: usize| tile.most_rows(read_backs, caps, dev);
-    let single = plan_with(1);
-    let double = plan_with(2);
-    let (most, read_backs) = if double >= single - single / 4 && double > 0 { (double, 2) } else { (single, 1) };
+    // The most query rows for distance tiles of `column_tile` columns, and the read-back
+    // buffers that leave them.
+    let query_tile = |column_tile: usize| {
+        let dist_stride = column_tile.next_multiple_of(4);
+        // A merge holds the running list and a whole shortlist in the auxiliary arrays.
+        let scratch_stride = column_tile.max(kc + shortlist_cap);
+        let tile = SweptTile { n, dist_stride, scratch_stride, kc, list_cap: shortlist_cap, row, free };
+        let single = tile.most_rows(1, caps, dev);
+        let double = tile.most_rows(2, caps, dev);
+        let (most, read_backs) = if double >= single - single / 4 && double > 0 { (double, 2) } else { (single, 1) };
+        (most, read_backs, dist_stride, scratch_stride)
+    };
+    let mut column_tile = corpus.chunk_rows.min(caps.column).min(MAX_COLUMN_TILE) / ALIGN_ROWS * ALIGN_ROWS;
+    if column_tile == 0 {
+        return None;
+    }
+    // Narrower distance tiles where the budget leaves wide ones short query tiles (see
+    // `plan_tiles`).
+    while query_tile(column_tile).0 < SYMMETRIC_TILE && column_tile / 2 >= MIN_COLUMN_TILE {
+        column_tile = column_tile / 2 / ALIGN_ROWS * ALIGN_ROWS;
+    }
+    let (most, read_backs, dist_stride, scratch_stride) = query_tile(column_tile);
     let wanted = n.div_ceil(tiles).max(SYMMETRIC_TILE).next_multiple_of(ALIGN_ROWS);
     // Each tile also costs a submission, a wait and a finishing pass: far more tiles than
     // wanted lose what the sweep saves, a few times more still gain (notes/distance.md).
@@ -580,11 +604,21 @@ mod tests {
         assert_eq!(columns(262144, 1250, TileCaps::default()), MAX_DENSE_COLUMN_TILE);
         assert_eq!(columns(40000, 1250, TileCaps::default()), 40000);
         assert_eq!(columns(262144, 1250, TileCaps { column: 384, ..TileCaps::default() }), 384);
-        // A budget that leaves wide tiles few query rows keeps narrow ones.
+        // A budget that leaves the widest tiles few query rows takes narrower ones.
         let small = DeviceBudget { max_binding: 128 << 20, budget: 1 << 30 };
         let corpus = plan_corpus(262144, 128, small).unwrap();
         let plan = plan_tiles(262144, 128, 1250, corpus, 262144, TileCaps::default(), small).unwrap();
-        assert_eq!(plan.column_tile, MAX_COLUMN_TILE);
+        assert!(plan.column_tile < MAX_DENSE_COLUMN_TILE && plan.query_rows >= MIN_WIDE_QUERY_ROWS, "{plan:?}");
+        // So do short lists: 64 MiB leaves 16384 columns 151 query rows.
+        let tight = DeviceBudget { max_binding: 64 << 20, budget: 64 << 20 };
+        let corpus = plan_corpus(32768, 128, tight).unwrap();
+        let plan = plan_tiles(32768, 128, 32, corpus, 32768, TileCaps::default(), tight).unwrap();
+        assert!(plan.column_tile >= MIN_COLUMN_TILE && plan.query_rows >= MIN_WIDE_QUERY_ROWS, "{plan:?}");
+        let tight = DeviceBudget { max_binding: 128 << 20, budget: 128 << 20 };
+        let sym =
+            plan_symmetric(32768, 128, 32, plan_corpus(32768, 128, tight).unwrap(), TileCaps::default(), tight, true)
+                .expect("a forced symmetric sweep of 32768 rows fits 128 MiB");
+        assert!(sym.column_tile >= MIN_COLUMN_TILE && sym.query_rows >= SYMMETRIC_TILE, "{sym:?}");
         let corpus = plan_corpus(262144, 128, dev).unwrap();
         let sym = plan_symmetric(262144, 128, 26, corpus, TileCaps::default(), dev, false).unwrap();
         assert!(sym.column_tile <= MAX_COLUMN_TILE);

@@ -168,7 +168,7 @@ impl std::fmt::Debug for Options {
 
 impl Options {
     /// What a GPU engine reads of these options.
-    fn gpu_settings(&self) -> GpuSettings {
+    pub(crate) fn gpu_settings(&self) -> GpuSettings {
         GpuSettings {
             adapter: self.adapter.clone(),
             no_subgroups: self.no_subgroups,
@@ -235,6 +235,9 @@ pub struct RunStats {
     pub gpu: Option<GpuTimes>,
     /// Blocks of a partitioned graph (0 when the graph was not partitioned).
     pub blocks: usize,
+    /// Off-diagonal blocks of a partitioned graph computed two-sided: each distance once, for
+    /// the rows on both sides (rather than as two searches).
+    pub pair_blocks_once: usize,
     /// Blocks of a partitioned graph read from its checkpoint rather than computed.
     pub blocks_resumed: usize,
     /// Bytes of candidate lists a partitioned graph spilled to its scratch directory.

@@ -512,7 +512,7 @@ fn partitioned_cases() -> Vec<Case> {
 /// Every graph answered through blocks dealt to `workers` engines, exact; some through
 /// several blocks and later rounds, and with `spilled`, the lists of most blocks of rows
 /// spilled to the scratch directory.
-fn run_partitioned(knn: &Knn, workers: usize, spilled: bool) {
+fn run_partitioned(knn: &Knn, workers: usize, spilled: bool) -> Vec<knng::RunStats> {
     let runs = run_cases(knn, partitioned_cases(), false, false);
     for stats in &runs {
         assert!(stats.blocks > 0 && stats.workers == workers, "not partitioned over {workers} workers: {stats:?}");
@@ -525,6 +525,7 @@ fn run_partitioned(knn: &Knn, workers: usize, spilled: bool) {
     if knn.description().contains("f64 re-ranking") {
         assert!(runs.iter().all(|s| s.rows_reranked_on_gpu > 0), "the GPU's float64 keys were not used");
     }
+    runs
 }
 
 /// A graph handed over block by block, in order, is the graph returned whole.
@@ -550,7 +551,8 @@ fn stream_in_blocks(knn: &Knn) {
 #[test]
 fn cpu_backend_partitioned_graphs() {
     let knn = Knn::new(Options { backend: Backend::Cpu, block_rows: Some(29), ..Options::default() }).unwrap();
-    run_partitioned(&knn, 1, false);
+    let runs = run_partitioned(&knn, 1, false);
+    assert!(runs.iter().any(|s| s.pair_blocks_once > 0), "no block was computed two-sided");
     let options =
         Options { backend: Backend::Cpu, block_rows: Some(29), lists_in_memory: Some(1), ..Options::default() };
     run_partitioned(&Knn::new(options).unwrap(), 1, true);
@@ -566,7 +568,9 @@ fn gpu_partitioned_graphs_on_two_devices() {
         backend: Backend::Gpu,
         devices: vec![adapter.clone(), adapter.clone()],
         no_subgroups,
-        block_rows: Some(100),
+        // Blocks of whole 64-row tiles: off-diagonal blocks are computed two-sided where both
+        // have kc rows, as two searches beside the last, short block.
+        block_rows: Some(64),
         lists_in_memory: Some(2),
         ..Options::default()
     };
@@ -575,7 +579,9 @@ fn gpu_partitioned_graphs_on_two_devices() {
         None => gpu_engine(options(true)).expect("the workgroup select runs on every adapter"),
     };
     assert_eq!(knn.description().matches("gpu:").count(), 2, "{}", knn.description());
-    run_partitioned(&knn, 2, true);
+    let runs = run_partitioned(&knn, 2, true);
+    assert!(runs.iter().any(|s| s.pair_blocks_once > 0), "no block was computed two-sided");
+    assert!(runs.iter().any(|s| s.pair_blocks_once < s.blocks - s.blocks_resumed), "no pair was two searches");
 }
 
 /// Graphs ranked on the GPU whose answers leave memory for a scratch file tile by tile and

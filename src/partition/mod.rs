@@ -100,9 +100,10 @@ pub(crate) fn graph(
 
     let execute = |engine: &Engine, work: &Work| match work {
         Work::Block(job) => block_lists(engine, task, kc, *job),
-        Work::Search { batch, against } => search_lists(engine, task, batch, *against),
+        Work::Search { batch, against } => Ok((search_lists(engine, task, batch, *against)?, false)),
     };
-    workers::run_jobs(engines, work, &execute, |work, parts: Vec<Part>, more| {
+    workers::run_jobs(engines, work, &execute, |work, (parts, once): (Vec<Part>, bool), more| {
+        stats.pair_blocks_once += usize::from(once);
         match work {
             Work::Block(job) => {
                 if let Some(c) = checkpoint {
@@ -396,8 +397,9 @@ enum Outcome {
     /// The certificate failed: searched again with more candidates.
     Unproven,
 }
-/// A first-round job's lists: the rows of I among J and, off the diagonal, those of J among I.
-fn block_lists(engine: &Engine, task: &GraphTask<'_>, kc: usize, job: Job) -> Result<Vec<Part>> {
+/// A first-round job's lists: the rows of I among J and, off the diagonal, those of J among I;
+/// and whether an off-diagonal block computed each key once for both sides.
+fn block_lists(engine: &Engine, task: &GraphTask<'_>, kc: usize, job: Job) -> Result<(Vec<Part>, bool)> {
     let plan = task.plan;
     let rows = |b: usize| {
         let r = plan.range(b);
@@ -409,15 +411,16 @@ fn block_lists(engine: &Engine, task: &GraphTask<'_>, kc: usize, job: Job) -> Re
             let exclude: Vec<u32> =
                 if task.include_self { vec![NONE; block.rows()] } else { (0..block.rows() as u32).collect() };
             let available = block.rows() - usize::from(!task.include_self);
-            Ok(vec![lists_of(engine, task, kc, block, block, true, &exclude, available, first, first)?])
+            Ok((vec![lists_of(engine, task, kc, block, block, true, &exclude, available, first, first)?], false))
         }
         Job::Pair(i, j) => {
             let ((first_i, block_i), (first_j, block_j)) = (rows(i), rows(j));
-            let (of_i, of_j) = engine.pair_candidates(block_i, block_j, kc, task.shift, task.metric)?;
-            Ok(vec![
-                Part::from_candidates(first_i, of_i, first_j).padded(kc),
-                Part::from_candidates(first_j, of_j, first_i).padded(kc),
-            ])
+            let pair = engine.pair_candidates(block_i, block_j, kc, task.shift, task.metric)?;
+            let parts = vec![
+                Part::from_candidates(first_i, pair.of_i, first_j).padded(kc),
+                Part::from_candidates(first_j, pair.of_j, first_i).padded(kc),
+            ];
+            Ok((parts, pair.once))
         }
     }
 }

@@ -72,7 +72,7 @@ impl CorpusSession<'_> {
         let gpu = self.gpu;
         let device = &gpu.ctx.device;
         let d = self.corpus.cols();
-        let QueryTile { q0, rows, from_corpus, symmetric, bounded } = tile;
+        let QueryTile { q0, rows, from_corpus, symmetric, bounded, .. } = tile;
         let base = if symmetric || bounded { q0 } else { 0 } as u64;
         let lists_at = base * kc as u64 * 8;
         let mutual = b.shared_keys;

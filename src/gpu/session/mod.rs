@@ -29,7 +29,7 @@ use crate::error::Result;
 use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, TilePlan};
 use crate::prepare;
-use crate::refine::{BackendRanked, Candidates, Certify};
+use crate::refine::{BackendRanked, Candidates, Certify, NONE};
 
 /// Query tiles a round may be cut into so that it runs in the buffers already allocated
 /// (`TileBuffers::new`); below this it allocates its own.
@@ -67,6 +67,22 @@ struct QueryTile {
     /// Part of a bounded sweep (`TilePlan::bounded`): per-row arrays hold every row, as in a
     /// symmetric sweep.
     bounded: bool,
+    /// The corpus rows the tile meets, `start..end`: every row in a plain sweep; in a
+    /// symmetric sweep those up to the tile's last row; in a two-sided block the other side.
+    columns: (usize, usize),
+    /// Column rows below this index also take the tile's keys into their shortlists (rows
+    /// that already have a bound from their own query tile); 0 for none.
+    appends_below: usize,
+}
+
+/// How a round's query tiles meet the corpus.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sides {
+    /// Each query tile meets the corpus rows its sweep plans.
+    Whole,
+    /// A two-sided block of a graph: the corpus rows `[I; J]` cut at `split`, each row meeting
+    /// only the other side's rows.
+    Two { split: usize },
 }
 
 impl CorpusSession<'_> {
@@ -81,6 +97,68 @@ impl CorpusSession<'_> {
         certify: Option<&Certify<'_>>,
         report: &(dyn Fn(usize) + Sync),
     ) -> Result<Candidates> {
+        self.candidates_of(queries, queries_are_corpus, exclude, kc, certify, report, Sides::Whole)
+    }
+
+    /// The kc best fp32 candidates of each corpus row among the rows on the other side of
+    /// `split` (ids into the corpus), each distance computed once for both of its rows: the
+    /// corpus rows `[I; J]` swept as a symmetric sweep's blocks below the diagonal that pair
+    /// I with J. `None` where that sweep does not fit the device (every row's state and the
+    /// whole corpus resident), the split is not aligned to its tiles, or a side has fewer
+    /// than kc rows.
+    pub fn two_sided_candidates(&mut self, split: usize, kc: usize) -> Result<Option<Candidates>> {
+        let n = self.corpus.rows();
+        let fits = split.is_multiple_of(plan::ALIGN_ROWS)
+            && kc <= split.min(n - split)
+            && self.plan.resident
+            && self.sweep_plan(n, kc, true, false, Sides::Two { split })?.symmetric;
+        if !fits {
+            return Ok(None);
+        }
+        let exclude = vec![NONE; n];
+        self.candidates_of(self.corpus, true, &exclude, kc, None, &|_| {}, Sides::Two { split }).map(Some)
+    }
+
+    /// The tiles of a round of `nq` queries: the sweep that `plan::choose_sweep` picks, or
+    /// for a two-sided block a symmetric one.
+    fn sweep_plan(&self, nq: usize, kc: usize, from_corpus: bool, ranks: bool, sides: Sides) -> Result<TilePlan> {
+        let gpu = self.gpu;
+        let two_sided = sides != Sides::Whole;
+        // A two-sided block needs no more than a side's rows a tile.
+        let caps = match sides {
+            Sides::Whole => gpu.tile_caps,
+            Sides::Two { split } => {
+                let side = split.max(nq - split).next_multiple_of(plan::ALIGN_ROWS);
+                plan::TileCaps { query: gpu.tile_caps.query.min(side), ..gpu.tile_caps }
+            }
+        };
+        plan::choose_sweep(plan::SweepAsk {
+            nq,
+            d: self.corpus.cols(),
+            kc,
+            corpus: self.plan,
+            corpus_rows: self.corpus.rows(),
+            caps,
+            dev: gpu.budget(),
+            from_corpus,
+            // A bounded sweep's rows are finished tile by tile on the GPU, ranked there.
+            ranks,
+            symmetric: if two_sided { Some(true) } else { gpu.symmetric_graphs },
+            bounded: if two_sided { Some(false) } else { gpu.bounded_sweeps },
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn candidates_of(
+        &mut self,
+        queries: MatrixRef<'_>,
+        queries_are_corpus: bool,
+        exclude: &[u32],
+        kc: usize,
+        certify: Option<&Certify<'_>>,
+        report: &(dyn Fn(usize) + Sync),
+        sides: Sides,
+    ) -> Result<Candidates> {
         let gpu = self.gpu;
         let nq = queries.rows();
         let d = queries.cols();
@@ -92,20 +170,8 @@ impl CorpusSession<'_> {
         let certify = certify.filter(|_| gpu_exact && gpu.kernels.certify.is_some());
         let plan_with =
             |caps: plan::TileCaps| plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), caps, gpu.budget());
-        let tiles = plan::choose_sweep(plan::SweepAsk {
-            nq,
-            d,
-            kc,
-            corpus: self.plan,
-            corpus_rows: self.corpus.rows(),
-            caps: gpu.tile_caps,
-            dev: gpu.budget(),
-            from_corpus,
-            // A bounded sweep's rows are finished tile by tile on the GPU, ranked there.
-            ranks: certify.is_some(),
-            symmetric: gpu.symmetric_graphs,
-            bounded: gpu.bounded_sweeps,
-        })?;
+        let tiles = self.sweep_plan(nq, kc, from_corpus, certify.is_some(), sides)?;
+        debug_assert!(sides == Sides::Whole || tiles.symmetric, "a two-sided block is a symmetric sweep");
         // The one-invocation kernel of rows under GROUPED_ROWS sums its own norms.
         if gpu_exact && self.metric == Metric::Cosine && gpu.kernels.refine.is_some() && d >= GROUPED_ROWS {
             let corpus_norms = match self.exact_norms.take() {
@@ -204,16 +270,33 @@ impl CorpusSession<'_> {
         if let Some(p) = &gpu.profiler {
             p.times.lock().unwrap_or_else(|e| e.into_inner()).allocation += started.elapsed().as_secs_f64();
         }
-        let query_tiles: Vec<QueryTile> = (0..nq)
-            .step_by(q)
-            .map(|q0| QueryTile {
-                q0,
-                rows: q.min(nq - q0),
-                from_corpus,
-                symmetric: tiles.symmetric,
-                bounded: tiles.bounded.is_some(),
-            })
-            .collect();
+        let tile_of = |q0: usize, end: usize, columns: (usize, usize), appends_below: usize| QueryTile {
+            q0,
+            rows: q.min(end - q0),
+            from_corpus,
+            symmetric: tiles.symmetric,
+            bounded: tiles.bounded.is_some(),
+            columns,
+            appends_below,
+        };
+        let query_tiles: Vec<QueryTile> = match sides {
+            Sides::Whole if tiles.symmetric => {
+                (0..nq).step_by(q).map(|q0| tile_of(q0, nq, (0, (q0 + q).min(nq)), q0)).collect()
+            }
+            Sides::Whole => (0..nq).step_by(q).map(|q0| tile_of(q0, nq, (0, self.corpus.rows()), 0)).collect(),
+            Sides::Two { split } => {
+                // I's rows first meet J's first tiles (at least kc rows), which gives them a
+                // bound; J's tiles then meet I, and those not met yet offer their keys to I's
+                // rows' shortlists.
+                let bounding = (nq - split).min(kc.div_ceil(q) * q);
+                let i_tiles = (0..split).step_by(q).map(|q0| tile_of(q0, split, (split, split + bounding), 0));
+                let j_tiles = (split..nq).step_by(q).map(|q0| {
+                    let appends_below = if q0 < split + bounding { 0 } else { split };
+                    tile_of(q0, nq, (0, split), appends_below)
+                });
+                i_tiles.chain(j_tiles).collect()
+            }
+        };
         if tiles.symmetric {
             // Every row's list takes keys from later tiles too: all tiles are swept before
             // any is finished.

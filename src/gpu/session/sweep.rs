@@ -74,7 +74,7 @@ impl CorpusSession<'_> {
         let gpu = self.gpu;
         let device = &gpu.ctx.device;
         let d = queries.cols();
-        let QueryTile { q0, rows, from_corpus, symmetric, .. } = tile;
+        let QueryTile { q0, rows, from_corpus, symmetric, columns, appends_below, .. } = tile;
         let base = if symmetric { q0 } else { 0 };
         let cap = tiles.shortlist_cap;
         if !symmetric {
@@ -105,14 +105,11 @@ impl CorpusSession<'_> {
             bind_group(device, &gpu.kernels.distance.layout, &b.uniform, &distance_buffers(b, chunk))
         };
         // A symmetric sweep stops at the tile's last row: later rows meet this tile as columns.
-        let columns_end = if symmetric { q0 + rows } else { self.corpus.rows() };
-        // Column rows that merge this tile's keys: the rows of earlier tiles, a query tile's
-        // worth at a time (the auxiliary arrays hold that many rows).
+        let (columns_start, columns_end) = columns;
+        // Column rows that merge this tile's keys (those with a bound: the rows of earlier
+        // tiles), a query tile's worth at a time (the auxiliary arrays hold that many rows).
         let column_merges = |c0: usize, cols: usize| -> Vec<(usize, usize)> {
-            if !symmetric {
-                return Vec::new();
-            }
-            let end = (c0 + cols).min(q0);
+            let end = (c0 + cols).min(appends_below);
             (c0..end).step_by(tiles.query_rows).map(|r0| (r0, tiles.query_rows.min(end - r0))).collect()
         };
 
@@ -152,8 +149,9 @@ impl CorpusSession<'_> {
             let column_tiles: Vec<Vec<(usize, usize)>> = chunks
                 .iter()
                 .map(|chunk| {
+                    let start = columns_start.saturating_sub(chunk.first);
                     let end = chunk.rows.min(columns_end.saturating_sub(chunk.first));
-                    (0..end).step_by(tiles.column_tile).map(|c0| (c0, tiles.column_tile.min(end - c0))).collect()
+                    (start..end).step_by(tiles.column_tile).map(|c0| (c0, tiles.column_tile.min(end - c0))).collect()
                 })
                 .collect();
             let column_binds: Vec<wgpu::BindGroup> = chunks
@@ -200,7 +198,7 @@ impl CorpusSession<'_> {
                         groups_x: gx,
                         shortlist_cap,
                         row_base: base as u32,
-                        column_end: if symmetric { q0 as u32 } else { 0 },
+                        column_end: appends_below as u32,
                         column_cap: cap as u32,
                         publish_len: publishing_bind.as_ref().filter(|_| first_tile).map_or(0, |&(_, len)| len),
                         ..Default::default()
