@@ -555,6 +555,27 @@ pub(crate) fn choose_sweep(a: SweepAsk) -> Result<TilePlan> {
     }
 }
 
+/// Whether a two-sided block of `rows` rows split at `split` (a symmetric sweep over both
+/// sides, `two_sided`) pays against two searches of one side's rows among the other's. It
+/// computes half the keys, but holds every row's state on the device, which under a small
+/// budget leaves it narrower tiles: each tile costs its dispatches whatever its size, so it
+/// pays while its distance tiles are at least a quarter of the searches' (whose keys it
+/// halves, against up to twice the dispatches a tile for the column rows' merges).
+pub(crate) fn two_sided_pays(
+    two_sided: &TilePlan,
+    rows: usize,
+    split: usize,
+    d: usize,
+    kc: usize,
+    caps: TileCaps,
+    dev: DeviceBudget,
+) -> bool {
+    let area = |t: &TilePlan| t.query_rows as u64 * t.column_tile as u64;
+    let side = split.max(rows - split);
+    let searches = plan_corpus(side, d, dev).and_then(|corpus| plan_tiles(side, d, kc, corpus, side, caps, dev));
+    searches.map_or(true, |plain| 4 * area(two_sided) >= area(&plain))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -771,6 +792,22 @@ mod tests {
         assert_ne!(sweep(ask(16384, 1024)), "bounded");
         assert_eq!(sweep(SweepAsk { bounded: Some(true), ..ask(16384, 1024) }), "bounded");
         assert_eq!(sweep(SweepAsk { symmetric: Some(true), ..ask(16384, 26) }), "symmetric");
+    }
+
+    #[test]
+    fn two_sided_blocks_only_where_their_tiles_pay() {
+        let pays = |rows: usize, budget: u64| {
+            let dev = DeviceBudget { max_binding: budget.min(2 << 30), budget };
+            let caps = TileCaps { query: rows / 2, ..TileCaps::default() };
+            let tiles = plan_symmetric(rows, 128, 32, plan_corpus(rows, 128, dev).unwrap(), caps, dev, true)?;
+            Some(two_sided_pays(&tiles, rows, rows / 2, 128, 32, TileCaps::default(), dev))
+        };
+        // The default budget holds blocks of 2^19 rows a side with wide tiles.
+        assert_eq!(pays(1 << 20, 4 << 30), Some(true));
+        // 64 MiB holds the state of 32768 rows, but leaves their sweep tiles of a few hundred
+        // rows, where two searches take over a thousand.
+        assert_eq!(pays(32768, 64 << 20), Some(false));
+        assert_eq!(pays(16384, 64 << 20), Some(true));
     }
 
     #[test]

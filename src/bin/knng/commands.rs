@@ -221,6 +221,12 @@ fn read<'f>(file: &'f MatrixFile, spec: &str, engine: &EngineArgs) -> Outcome<In
     Ok(Input::Read(m))
 }
 
+/// A partitioned graph's blocks, e.g. `136 blocks (120 pairs computed two-sided)`.
+pub fn blocks_summary(stats: &knng::RunStats) -> String {
+    let resumed = if stats.blocks_resumed > 0 { format!(", {} resumed", stats.blocks_resumed) } else { String::new() };
+    format!("{} blocks ({} pairs computed two-sided{resumed})", stats.blocks, stats.pair_blocks_once)
+}
+
 fn finish(engine: &EngineArgs, knn: &Knn, summary: String, rows: usize, elapsed: f64, out: &Path) {
     let stats = knn.last_run();
     let mut widened = if stats.rows_widened > 0 {
@@ -228,6 +234,9 @@ fn finish(engine: &EngineArgs, knn: &Knn, summary: String, rows: usize, elapsed:
     } else {
         String::new()
     };
+    if stats.blocks > 0 {
+        widened += &format!(", {}", blocks_summary(&stats));
+    }
     if stats.bytes_spilled > 0 {
         widened += &format!(", {} of lists spilled to disk", in_mib(stats.bytes_spilled));
     }

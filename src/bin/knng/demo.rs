@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use knng::io;
 
-use crate::commands::{seconds, Places};
+use crate::commands::{blocks_summary, seconds, Places};
 use crate::progress::Bar;
 use crate::synth::{self, Rng};
 use crate::{say, BenchArgs, DemoArgs, Failure, Outcome, What};
@@ -133,7 +133,7 @@ pub fn bench(a: BenchArgs) -> Outcome {
             "{{\"what\":\"{what}\",\"n\":{n},\"queries\":{nq},\"d\":{d},\"k\":{k},\"metric\":\"{metric}\",\
              \"backend\":{},\"init_s\":{init:.6},\"seconds\":{best:.6},\"first_s\":{first:.6},\"fresh_answers\":{},\"repeat\":{},\"rows_per_s\":{:.1},\
              \"gflops\":{gflops:.3},\"rounds\":{},\"rows_widened\":{},\"rows_brute_forced\":{},\
-             \"rows_in_symmetric_blocks\":{},\"rows_in_bounded_sweeps\":{},\"rows_overflowed\":{},\"tile_buffer_allocations\":{},\"prepare_s\":{:.6},\"candidates_s\":{:.6},\"refine_s\":{:.6},\"gpu\":{}}}",
+             \"rows_in_symmetric_blocks\":{},\"rows_in_bounded_sweeps\":{},\"rows_overflowed\":{},\"blocks\":{},\"pair_blocks_once\":{},\"tile_buffer_allocations\":{},\"prepare_s\":{:.6},\"candidates_s\":{:.6},\"refine_s\":{:.6},\"gpu\":{}}}",
             json_string(&knn.description()),
             a.fresh_answers,
             a.repeat,
@@ -144,6 +144,8 @@ pub fn bench(a: BenchArgs) -> Outcome {
             stats.rows_in_symmetric_blocks,
             stats.rows_in_bounded_sweeps,
             stats.rows_overflowed,
+            stats.blocks,
+            stats.pair_blocks_once,
             stats.tile_buffer_allocations,
             stats.prepare_seconds,
             stats.candidate_seconds,
@@ -164,6 +166,9 @@ pub fn bench(a: BenchArgs) -> Outcome {
             seconds(stats.candidate_seconds),
             seconds(stats.refine_seconds)
         ));
+        if stats.blocks > 0 {
+            say(format!("  {}", blocks_summary(&stats)));
+        }
         if let Some(g) = stats.gpu {
             // A graph in symmetric blocks computes about half of the n x n products.
             let computed = if stats.rows_in_symmetric_blocks + stats.rows_in_bounded_sweeps > 0 { 0.5 } else { 1.0 };

@@ -104,15 +104,18 @@ impl CorpusSession<'_> {
     /// `split` (ids into the corpus), each distance computed once for both of its rows: the
     /// corpus rows `[I; J]` swept as a symmetric sweep's blocks below the diagonal that pair
     /// I with J. `None` where that sweep does not fit the device (every row's state and the
-    /// whole corpus resident), the split is not aligned to its tiles, or a side has fewer
-    /// than kc rows.
+    /// whole corpus resident) or does not pay (`plan::two_sided_pays`), the split is not
+    /// aligned to its tiles, or a side has fewer than kc rows.
     pub fn two_sided_candidates(&mut self, split: usize, kc: usize) -> Result<Option<Candidates>> {
         let n = self.corpus.rows();
-        let fits = split.is_multiple_of(plan::ALIGN_ROWS)
-            && kc <= split.min(n - split)
-            && self.plan.resident
-            && self.sweep_plan(n, kc, true, false, Sides::Two { split })?.symmetric;
-        if !fits {
+        if !split.is_multiple_of(plan::ALIGN_ROWS) || kc > split.min(n - split) || !self.plan.resident {
+            return Ok(None);
+        }
+        let tiles = self.sweep_plan(n, kc, true, false, Sides::Two { split })?;
+        let gpu = self.gpu;
+        if !tiles.symmetric
+            || !plan::two_sided_pays(&tiles, n, split, self.corpus.cols(), kc, gpu.tile_caps, gpu.budget())
+        {
             return Ok(None);
         }
         let exclude = vec![NONE; n];
