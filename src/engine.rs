@@ -6,6 +6,7 @@ use crate::data::MatrixRef;
 use crate::error::{Error, Result};
 use crate::gpu::GpuEngine;
 use crate::metric::Metric;
+use crate::plan::ALIGN_ROWS;
 use crate::refine::{Candidates, NONE};
 
 /// One backend: the host's cores, or one GPU device.
@@ -51,6 +52,28 @@ impl Engine {
             }
         }
         Some(fits)
+    }
+
+    /// The most rows of a block, in whole tiles and at most `rows`, for which this engine
+    /// computes a pair of such blocks two-sided on its device with `kc` candidates a row
+    /// (`None`: the CPU, which does at any size, or a device that does at none).
+    pub fn two_sided_block_rows(&self, rows: usize, cols: usize, kc: usize) -> Option<usize> {
+        let Engine::Gpu(g) = self else { return None };
+        let fits = |tiles: usize| g.two_sided_tiles(2 * tiles * ALIGN_ROWS, tiles * ALIGN_ROWS, cols, kc).is_some();
+        let (mut fits_tiles, mut too_many) = (kc.div_ceil(ALIGN_ROWS).max(1), rows.div_ceil(ALIGN_ROWS).max(1) + 1);
+        if !fits(fits_tiles) {
+            return None;
+        }
+        // More rows fit no better: the largest that fits, by bisection.
+        while too_many - fits_tiles > 1 {
+            let mid = fits_tiles + (too_many - fits_tiles) / 2;
+            if fits(mid) {
+                fits_tiles = mid;
+            } else {
+                too_many = mid;
+            }
+        }
+        Some((fits_tiles * ALIGN_ROWS).min(rows))
     }
 
     /// The `kc` best fp32 candidates of each row of `queries` among the rows of `corpus`,

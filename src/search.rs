@@ -521,6 +521,11 @@ impl Knn {
                 && self.engine.ranks_graph_on_device(data.rows(), data.cols()),
             answers_on_disk: options.answers_on_disk == Some(true),
             device_rows: self.engine.device_block_rows(data.rows(), data.cols()),
+            two_sided_rows: self.engine.two_sided_block_rows(
+                data.rows(),
+                data.cols(),
+                partition::initial_candidates_of(k, data.rows(), options.include_self),
+            ),
         };
         let problem = Problem { n: data.rows(), d: data.cols(), k };
         let mut on_disk = None;

@@ -3,6 +3,7 @@
 
 use crate::memory;
 use crate::partition::BlockPlan;
+use crate::plan::ALIGN_ROWS;
 
 /// How a graph is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +40,12 @@ const DEFAULT_SHARED_ROWS: usize = 1 << 20;
 /// on the device, and the whole data streamed through it is the better choice.
 const MIN_DEVICE_BLOCK_ROWS: usize = 4096;
 
+/// Fewest rows of a block cut so that the device computes pairs of blocks two-sided (each
+/// distance once, for both sides): a smaller block's GPU job is mostly fixed costs
+/// (notes/partition.md: at 8192 rows a side a job ran at a small share of the GPU's
+/// arithmetic, at 2^19 faster per key than the whole-data sweep).
+const MIN_TWO_SIDED_BLOCK_ROWS: usize = 1 << 17;
+
 /// The graph to plan: `n` rows of `d` values, `k` neighbours a row.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Problem {
@@ -68,6 +75,9 @@ pub(crate) struct Asked {
     /// rank them there, where that is fewer than the data's; `None` for any number (the
     /// CPU, or a device that holds the whole data).
     pub device_rows: Option<usize>,
+    /// Most rows of a block for which the first engine computes a pair of blocks two-sided
+    /// on its device; `None` for any number (the CPU) or none.
+    pub two_sided_rows: Option<usize>,
 }
 
 /// Chooses how to compute the graph of `p` on `workers` engines.
@@ -89,9 +99,18 @@ pub(crate) fn choose(p: Problem, workers: usize, asked: Asked) -> Strategy {
     let rows = asked.block_rows.unwrap_or_else(|| {
         // Two blocks a worker at least, so that there are more jobs (P (P + 1) / 2) than
         // workers; blocks the device ranks; smaller blocks where the memory limit asks.
-        let blocks =
-            (2 * workers).max(p.n.div_ceil(DEFAULT_BLOCK_ROWS)).max(device_rows.map_or(1, |r| p.n.div_ceil(r)));
+        // Large blocks are whole tiles (a two-sided GPU block is split on a tile boundary):
+        // under limits of whole tiles too, rounding up keeps them.
+        let whole_tiles = |r: usize| if r >= MIN_DEVICE_BLOCK_ROWS { r / ALIGN_ROWS * ALIGN_ROWS } else { r };
+        let two_sided_rows = asked.two_sided_rows.filter(|&r| r >= MIN_TWO_SIDED_BLOCK_ROWS);
+        let blocks = (2 * workers)
+            .max(p.n.div_ceil(DEFAULT_BLOCK_ROWS))
+            .max(device_rows.map_or(1, |r| p.n.div_ceil(whole_tiles(r))))
+            .max(two_sided_rows.map_or(1, |r| p.n.div_ceil(whole_tiles(r))));
         let mut rows = p.n.div_ceil(blocks);
+        if rows >= MIN_DEVICE_BLOCK_ROWS {
+            rows = rows.next_multiple_of(ALIGN_ROWS);
+        }
         while rows > MIN_BLOCK_ROWS
             && asked.memory.is_some_and(|m| memory::partitioned_estimate(p, rows, workers, 2) > m)
         {
@@ -123,6 +142,7 @@ mod tests {
         ranks_on_device: false,
         answers_on_disk: false,
         device_rows: None,
+        two_sided_rows: None,
     };
 
     fn problem(n: usize) -> Problem {
@@ -180,6 +200,20 @@ mod tests {
         let (plan, workers, _) = partitioned(choose(p, 4, Asked { devices_listed: true, ..asked }));
         assert_eq!(workers, 4);
         assert!(plan.rows <= 100_000 && plan.count >= 8, "{plan:?}");
+    }
+
+    #[test]
+    fn devices_take_blocks_they_compute_two_sided_unless_those_are_small() {
+        let p = problem((1 << 23) + 1000);
+        let asked = Asked { two_sided_rows: Some(600_000), ..LISTED };
+        let (plan, workers, _) = partitioned(choose(p, 4, asked));
+        assert_eq!(workers, 4);
+        assert!(plan.rows <= 600_000 && plan.rows.is_multiple_of(ALIGN_ROWS), "{plan:?}");
+        let small = Asked { two_sided_rows: Some(MIN_TWO_SIDED_BLOCK_ROWS - 1), ..LISTED };
+        let (plan, _, _) = partitioned(choose(p, 4, small));
+        assert!(plan.rows > 1 << 19 && plan.rows <= DEFAULT_BLOCK_ROWS, "{plan:?}");
+        // One device that holds the whole data takes it whole.
+        assert_eq!(choose(p, 1, Asked { two_sided_rows: Some(600_000), ..Asked::default() }), Strategy::Single);
     }
 
     #[test]

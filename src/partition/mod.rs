@@ -78,7 +78,7 @@ pub(crate) fn graph(
     stats.prepare_seconds += started.elapsed().as_secs_f64();
 
     let jobs = task.plan.graph_jobs();
-    let kc = initial_candidates(task.k).min(task.available()).max(task.k);
+    let kc = initial_candidates_of(task.k, task.data.rows(), task.include_self);
     let mut run = Run::new(task, &row_stats, kc, jobs.len());
     run.spill = task.scratch.as_deref().map(|dir| Spill::new(dir, kc));
     let mut resumed = vec![false; jobs.len()];
@@ -128,6 +128,11 @@ pub(crate) fn graph(
     stats.bytes_spilled = run.spill.as_ref().map_or(0, |s| s.written);
     stats.candidate_seconds = started.elapsed().as_secs_f64() - stats.prepare_seconds - stats.refine_seconds;
     Ok(())
+}
+
+/// Candidates a row's first-round lists hold in a graph of `n` rows with `k` neighbours.
+pub(crate) fn initial_candidates_of(k: usize, n: usize, include_self: bool) -> usize {
+    initial_candidates(k).min(n.saturating_sub(usize::from(!include_self))).max(k)
 }
 
 impl GraphTask<'_> {

@@ -92,6 +92,37 @@ impl GpuEngine {
                 .is_ok_and(|plan| plan.resident && self.keeps_raw_rows(rows, cols, plan))
     }
 
+    /// The tiles of a two-sided block of `rows x cols` data split at `split` (a symmetric
+    /// sweep over both sides, `CorpusSession::two_sided_candidates`) with `kc` candidates a
+    /// row, where the device holds it and it pays against two searches
+    /// (`plan::two_sided_pays`): the split on a tile boundary, kc rows a side at least.
+    pub fn two_sided_tiles(&self, rows: usize, split: usize, cols: usize, kc: usize) -> Option<plan::TilePlan> {
+        if split == 0 || !split.is_multiple_of(plan::ALIGN_ROWS) || kc > split.min(rows.saturating_sub(split)) {
+            return None;
+        }
+        let corpus =
+            plan::plan_corpus(rows, cols, self.budget()).ok().filter(|c| c.resident && c.chunk_rows >= rows)?;
+        // No more than a side's rows a tile.
+        let side = split.max(rows - split).next_multiple_of(plan::ALIGN_ROWS);
+        let caps = plan::TileCaps { query: self.tile_caps.query.min(side), ..self.tile_caps };
+        let tiles = plan::choose_sweep(plan::SweepAsk {
+            nq: rows,
+            d: cols,
+            kc,
+            corpus,
+            corpus_rows: rows,
+            caps,
+            dev: self.budget(),
+            from_corpus: true,
+            ranks: false,
+            symmetric: Some(true),
+            bounded: Some(false),
+        })
+        .ok()?;
+        (tiles.symmetric && plan::two_sided_pays(&tiles, rows, split, cols, kc, self.tile_caps, self.budget()))
+            .then_some(tiles)
+    }
+
     pub(super) fn prepared_rows(&self, first: usize, rows: usize, cols: usize) -> Result<PreparedRows> {
         let vectors = self.buffer("corpus rows", rows as u64 * plan::prepared_row_bytes(cols), STORAGE_COPY_SRC)?;
         let norms = self.buffer("corpus norms", (rows * 4) as u64, STORAGE_COPY_SRC)?;

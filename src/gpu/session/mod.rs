@@ -108,14 +108,7 @@ impl CorpusSession<'_> {
     /// aligned to its tiles, or a side has fewer than kc rows.
     pub fn two_sided_candidates(&mut self, split: usize, kc: usize) -> Result<Option<Candidates>> {
         let n = self.corpus.rows();
-        if !split.is_multiple_of(plan::ALIGN_ROWS) || kc > split.min(n - split) || !self.plan.resident {
-            return Ok(None);
-        }
-        let tiles = self.sweep_plan(n, kc, true, false, Sides::Two { split })?;
-        let gpu = self.gpu;
-        if !tiles.symmetric
-            || !plan::two_sided_pays(&tiles, n, split, self.corpus.cols(), kc, gpu.tile_caps, gpu.budget())
-        {
+        if self.gpu.two_sided_tiles(n, split, self.corpus.cols(), kc).is_none() {
             return Ok(None);
         }
         let exclude = vec![NONE; n];
@@ -123,32 +116,28 @@ impl CorpusSession<'_> {
     }
 
     /// The tiles of a round of `nq` queries: the sweep that `plan::choose_sweep` picks, or
-    /// for a two-sided block a symmetric one.
+    /// those of a two-sided block.
     fn sweep_plan(&self, nq: usize, kc: usize, from_corpus: bool, ranks: bool, sides: Sides) -> Result<TilePlan> {
         let gpu = self.gpu;
-        let two_sided = sides != Sides::Whole;
-        // A two-sided block needs no more than a side's rows a tile.
-        let caps = match sides {
-            Sides::Whole => gpu.tile_caps,
-            Sides::Two { split } => {
-                let side = split.max(nq - split).next_multiple_of(plan::ALIGN_ROWS);
-                plan::TileCaps { query: gpu.tile_caps.query.min(side), ..gpu.tile_caps }
-            }
-        };
-        plan::choose_sweep(plan::SweepAsk {
-            nq,
-            d: self.corpus.cols(),
-            kc,
-            corpus: self.plan,
-            corpus_rows: self.corpus.rows(),
-            caps,
-            dev: gpu.budget(),
-            from_corpus,
-            // A bounded sweep's rows are finished tile by tile on the GPU, ranked there.
-            ranks,
-            symmetric: if two_sided { Some(true) } else { gpu.symmetric_graphs },
-            bounded: if two_sided { Some(false) } else { gpu.bounded_sweeps },
-        })
+        match sides {
+            Sides::Whole => plan::choose_sweep(plan::SweepAsk {
+                nq,
+                d: self.corpus.cols(),
+                kc,
+                corpus: self.plan,
+                corpus_rows: self.corpus.rows(),
+                caps: gpu.tile_caps,
+                dev: gpu.budget(),
+                from_corpus,
+                // A bounded sweep's rows are finished tile by tile on the GPU, ranked there.
+                ranks,
+                symmetric: gpu.symmetric_graphs,
+                bounded: gpu.bounded_sweeps,
+            }),
+            Sides::Two { split } => gpu
+                .two_sided_tiles(nq, split, self.corpus.cols(), kc)
+                .ok_or_else(|| crate::error::Error::Gpu("a two-sided block that does not fit was swept".into())),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
