@@ -59,6 +59,9 @@ impl Engine {
     /// (`None`: the CPU, which does at any size, or a device that does at none).
     pub fn two_sided_block_rows(&self, rows: usize, cols: usize, kc: usize) -> Option<usize> {
         let Engine::Gpu(g) = self else { return None };
+        if rows == 0 || cols == 0 {
+            return None;
+        }
         let fits = |tiles: usize| g.two_sided_tiles(2 * tiles * ALIGN_ROWS, tiles * ALIGN_ROWS, cols, kc).is_some();
         let (mut fits_tiles, mut too_many) = (kc.div_ceil(ALIGN_ROWS).max(1), rows.div_ceil(ALIGN_ROWS).max(1) + 1);
         if !fits(fits_tiles) {

@@ -97,7 +97,11 @@ impl GpuEngine {
     /// row, where the device holds it and it pays against two searches
     /// (`plan::two_sided_pays`): the split on a tile boundary, kc rows a side at least.
     pub fn two_sided_tiles(&self, rows: usize, split: usize, cols: usize, kc: usize) -> Option<plan::TilePlan> {
-        if split == 0 || !split.is_multiple_of(plan::ALIGN_ROWS) || kc > split.min(rows.saturating_sub(split)) {
+        if cols == 0
+            || split == 0
+            || !split.is_multiple_of(plan::ALIGN_ROWS)
+            || kc > split.min(rows.saturating_sub(split))
+        {
             return None;
         }
         let corpus =
