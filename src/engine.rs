@@ -112,7 +112,13 @@ impl Engine {
         shift: &[f32],
         metric: Metric,
     ) -> Result<PairCandidates> {
-        if kc <= i.rows().min(j.rows()) {
+        // Decided before the blocks are copied and a GPU session uploads them.
+        let two_sided = kc <= i.rows().min(j.rows())
+            && match self {
+                Engine::Cpu(_) => true,
+                Engine::Gpu(g) => g.two_sided_tiles(i.rows() + j.rows(), i.rows(), i.cols(), kc).is_some(),
+            };
+        if two_sided {
             let mut both = Vec::with_capacity(i.as_slice().len() + j.as_slice().len());
             both.extend_from_slice(i.as_slice());
             both.extend_from_slice(j.as_slice());

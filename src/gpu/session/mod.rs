@@ -140,6 +140,8 @@ impl CorpusSession<'_> {
         }
     }
 
+    /// The candidates of [`Self::candidates`] (`Sides::Whole`) or of
+    /// [`Self::two_sided_candidates`].
     #[allow(clippy::too_many_arguments)]
     fn candidates_of(
         &mut self,
