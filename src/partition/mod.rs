@@ -98,9 +98,18 @@ pub(crate) fn graph(
     let mut work: Vec<Work> = std::mem::take(&mut run.new_work);
     work.extend(todo.map(Work::Block));
 
-    let execute = |engine: &Engine, work: &Work| match work {
-        Work::Block(job) => block_lists(engine, task, kc, *job),
-        Work::Search { batch, against } => Ok((search_lists(engine, task, batch, *against)?, false)),
+    let execute = |engine: &Engine, work: &Work| {
+        let done = match work {
+            Work::Block(job) => block_lists(engine, task, kc, *job),
+            Work::Search { batch, against } => Ok((search_lists(engine, task, batch, *against)?, false)),
+        };
+        crate::trace::mark(|| match work {
+            Work::Block(job) => format!("block {job:?} computed"),
+            Work::Search { batch, against } => {
+                format!("{} rows of block {} searched in {against}", batch.rows.len(), batch.block)
+            }
+        });
+        done
     };
     workers::run_jobs(engines, work, &execute, |work, (parts, once): (Vec<Part>, bool), more| {
         stats.pair_blocks_once += usize::from(once);
@@ -115,7 +124,9 @@ pub(crate) fn graph(
         }
         more.append(&mut run.new_work);
         run.report(progress);
-        run.emit(sink)
+        run.emit(sink)?;
+        crate::trace::mark(|| "merged".into());
+        Ok(())
     })?;
     assert_eq!(run.next_to_emit, task.plan.count, "every block of rows is finished once its jobs are");
     let counted = run.stats;
