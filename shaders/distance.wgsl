@@ -23,7 +23,9 @@
 // Shortlist (shortlist_cap > 0, every distance tile after a query tile's first): each row
 // carries a bound, the largest key of its running candidate list. A key below it is also
 // appended to the row's shortlist, so that the selection reads a few dozen pairs instead of
-// the whole row. A row whose shortlist overflows is selected from the dense tile as before.
+// the whole row. A row whose shortlist overflows is selected from the dense tile as before,
+// except in a sparse tile (out_stride 0), which stores no dense keys: there the merge marks
+// such a row incomplete.
 //
 // Symmetric blocks (a graph, column_end > 0): the query rows are corpus rows row_base.., and
 // row_state, shortlist_len and shortlist are bound for every corpus row. A key is also the key
@@ -45,7 +47,7 @@ struct Params {
     dim4: u32,       // vec4s per prepared row
     c_offset: u32,   // first corpus row of the tile within the corpus buffer
     col_base: u32,   // global corpus index of the tile's first row
-    out_stride: u32, // row stride of the distance tile
+    out_stride: u32, // row stride of the distance tile; 0: a sparse tile, keys only to shortlists
     mode: u32,
     groups_x: u32,
     shortlist_cap: u32, // pairs per row of the query rows' shortlists; 0: none for this tile
@@ -229,7 +231,9 @@ fn store_row(
             // Past the tile's end, and the query itself in a graph without self.
             v = select(v, inf, vec4<u32>(col) + vec4<u32>(0u, 1u, 2u, 3u) >= vec4<u32>(params.c_rows));
             v = select(v, inf, global == vec4<u32>(own));
-            dist[(r * params.out_stride + col) / 4u] = v;
+            if (params.out_stride != 0u) {
+                dist[(r * params.out_stride + col) / 4u] = v;
+            }
             if (cap != 0u && any(v < vec4<f32>(bound))) {
                 // unroll(j, 4u)
                 for (var j = 0u; j < 4u; j++) {

@@ -18,6 +18,15 @@ const INSERT_WORK: u32 = 256u;
 var<workgroup> subgroup_busy: array<u32, 256>;
 var<workgroup> any_busy: u32;
 
+// An integer hash (a 32-bit finaliser): sample offsets that vary with the row and the pass.
+fn mix_bits(x: u32) -> u32 {
+    var h = x ^ (x >> 16u);
+    h *= 0x7feb352du;
+    h ^= h >> 15u;
+    h *= 0x846ca68bu;
+    return h ^ (h >> 16u);
+}
+
 fn first_lane(ballot: vec4<u32>) -> u32 {
     for (var w = 0u; w < 4u; w++) {
         if (ballot[w] != 0u) {
@@ -60,13 +69,17 @@ fn insert_shortlist(row: u32, lane: u32, size: u32, count: u32) -> f32 {
     return subgroupMax(largest);
 }
 
-// The sample at the need/len quantile of one sample per lane.
-fn subgroup_pivot(lane: u32, size: u32, row: u32, src: u32, start: u32, len: u32, need: u32) -> f32 {
+// The sample at the need/len quantile of one sample per lane. Samples are a stride apart
+// from an offset that changes with the pass: lists merged from sorted data are often nearly
+// monotone, and fixed positions then keep sampling the same end of the few keys in excess, so
+// that each pass dropped one key and long rows ran out of passes.
+fn subgroup_pivot(lane: u32, size: u32, row: u32, src: u32, start: u32, len: u32, need: u32, pass_no: u32) -> f32 {
     let n_samples = min(len, size);
     let stride = max(len / size, 1u);
+    let offset = mix_bits(row * 0x9e3779b9u + pass_no) % stride;
     var mine = bitcast<f32>(INF_BITS);
     if (lane < n_samples) {
-        mine = bitcast<f32>(load_pair(src, row, start + lane * stride).x);
+        mine = bitcast<f32>(load_pair(src, row, start + lane * stride + offset).x);
     }
     var rank = 0u;
     for (var j = 0u; j < size; j++) {
@@ -154,7 +167,7 @@ fn select_rows_per_subgroup(
                 done = true;
             } else {
                 if (!or_equal) {
-                    pivot = subgroup_pivot(lane, size, row, src, start, len, need);
+                    pivot = subgroup_pivot(lane, size, row, src, start, len, need, pass_no);
                 }
                 let dst = select(SRC_A, SRC_B, src == SRC_A);
                 var n_left = 0u;

@@ -24,6 +24,14 @@ impl Engine {
         }
     }
 
+    /// Forgets what earlier calls learned of their data (whether sparse distance tiles paid
+    /// on it): a new graph or search starts.
+    pub fn start_call(&self) {
+        if let Engine::Gpu(g) = self {
+            g.forget_data();
+        }
+    }
+
     /// Whether a whole graph of `rows x cols` data is ranked on this engine's device, rows
     /// reaching the host as answers tile by tile (`Strategy::SingleOnDisk`).
     pub fn ranks_graph_on_device(&self, rows: usize, cols: usize) -> bool {

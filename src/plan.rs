@@ -51,6 +51,12 @@ pub(crate) struct TilePlan {
     /// every row's bound and list (of `shortlist_cap` pairs) stay on the GPU for the whole
     /// sweep.
     pub bounded: Option<BoundedSweep>,
+    /// A plain sweep whose distance tiles were narrowed by the budget: after a query tile's
+    /// first distance tile, the rest keep no dense keys. Each row's keys under its bound go
+    /// only to its shortlist, a row whose shortlist overflows is marked incomplete (searched
+    /// again by the caller), and each such tile is as wide as the columns already met
+    /// ([`sparse_tile_width`]), so that its width is not bounded by memory.
+    pub sparse: bool,
 }
 
 /// How a bounded sweep ([`plan_bounded`]) bounds its rows: each row's key of rank `rank`
@@ -138,15 +144,19 @@ pub(crate) fn plan_tiles(
     let within = |widest: usize| {
         // Each query row holds a distance tile row and the select's arrays, 20 bytes a
         // column: under a small budget wide tiles leave too few query rows to fill the GPU,
-        // and narrower ones trade width for rows.
+        // and narrower ones trade width for rows. Distance tiles narrowed so are sparse after
+        // the first, where rows keep shortlists.
         let mut column = caps.column.min(widest);
+        let mut narrowed = false;
         loop {
-            let plan = plan_tiles_within(nq, d, kc, corpus, n, TileCaps { column, ..caps }, dev);
+            let plan = plan_tiles_within(nq, d, kc, corpus, n, TileCaps { column, ..caps }, dev)
+                .map(|t| TilePlan { sparse: narrowed && t.shortlist_cap > 0, ..t });
             let short = plan.as_ref().map_or(true, |t| t.query_rows < nq.min(MIN_WIDE_QUERY_ROWS));
             if !short || column.min(corpus.chunk_rows) / 2 < MIN_COLUMN_TILE {
                 return plan;
             }
             column = column.min(corpus.chunk_rows) / 2;
+            narrowed = true;
         }
     };
     let narrow = within(MAX_COLUMN_TILE);
@@ -159,6 +169,30 @@ pub(crate) fn plan_tiles(
         (Ok(wide), Ok(short)) if wide.query_rows < short.query_rows.min(MIN_WIDE_QUERY_ROWS) => narrow,
         (Ok(wide), _) => Ok(wide),
         (Err(_), _) => narrow,
+    }
+}
+
+/// Whether sparse distance tiles pay on data where `overflowed` of the `rows` swept with them
+/// so far overflowed their shortlists. Each such row is searched again with more candidates;
+/// on data in random order almost none do, but rows stored in an order that correlates with
+/// their position (sorted, or grouped by cluster) meet a loose bound from their first tile and
+/// overflow in bulk, and then dense tiles, which fall back on the tile's keys, cost less.
+pub(crate) fn sparse_tiles_pay(rows: u64, overflowed: u64) -> bool {
+    overflowed * SPARSE_MOST_OVERFLOWED <= rows
+}
+
+/// Sparse distance tiles are left once more than one row in this many overflowed.
+const SPARSE_MOST_OVERFLOWED: u64 = 16;
+
+/// Width of a sparse distance tile ([`TilePlan::sparse`]) after `met` columns of a query
+/// tile: as many again. On rows in random order a row's kc-th key among `met` columns then
+/// has about kc keys under it in the tile, well within the shortlist's 2 kc + 64; tiles
+/// double, so a chunk of c columns takes about log2(c / column_tile) of them.
+pub(crate) fn sparse_tile_width(t: &TilePlan, met: usize) -> usize {
+    if t.sparse && met > 0 {
+        met.max(t.column_tile)
+    } else {
+        t.column_tile
     }
 }
 
@@ -225,6 +259,7 @@ fn plan_tiles_within(
         read_backs,
         symmetric: false,
         bounded: None,
+        sparse: false,
     })
 }
 
@@ -360,6 +395,7 @@ pub(crate) fn plan_symmetric(
         read_backs,
         symmetric: true,
         bounded: None,
+        sparse: false,
     })
 }
 
@@ -478,6 +514,7 @@ pub(crate) fn plan_bounded(
         read_backs,
         symmetric: false,
         bounded: Some(bounded),
+        sparse: false,
     })
 }
 
@@ -808,6 +845,39 @@ mod tests {
         // rows, where two searches take over a thousand.
         assert_eq!(pays(32768, 64 << 20), Some(false));
         assert_eq!(pays(16384, 64 << 20), Some(true));
+    }
+
+    #[test]
+    fn tiles_narrowed_by_the_budget_are_sparse_after_the_first() {
+        let plan = |n: usize, kc: usize, budget: u64| {
+            let dev = DeviceBudget { max_binding: budget.min(2 << 30), budget };
+            plan_tiles(n, 128, kc, plan_corpus(n, 128, dev).unwrap(), n, TileCaps::default(), dev).unwrap()
+        };
+        // A search of 32768 rows against as many under 64 MiB: 2048-column tiles, sparse.
+        let small = plan(32768, 32, 64 << 20);
+        assert!(small.sparse && small.column_tile < MAX_COLUMN_TILE && small.shortlist_cap > 0, "{small:?}");
+        // Sparse tiles double: 2048, 2048, 4096, ... cover the chunk in a handful.
+        let mut widths = Vec::new();
+        let mut met = 0;
+        while met < 32768 {
+            let w = sparse_tile_width(&small, met).min(32768 - met);
+            widths.push(w);
+            met += w;
+        }
+        assert_eq!(widths, [2048, 2048, 4096, 8192, 16384]);
+        // The default budget's tiles are as wide as ever, and dense.
+        let ample = plan(32768, 32, 4 << 30);
+        assert!(!ample.sparse && ample.column_tile == MAX_COLUMN_TILE, "{ample:?}");
+        assert_eq!(sparse_tile_width(&ample, 16384), MAX_COLUMN_TILE);
+        // Lists too long for shortlists keep dense tiles.
+        assert!(!plan(32768, 600, 64 << 20).sparse);
+    }
+
+    #[test]
+    fn sparse_tiles_are_left_where_rows_overflow() {
+        assert!(sparse_tiles_pay(0, 0));
+        assert!(sparse_tiles_pay(4096, 256));
+        assert!(!sparse_tiles_pay(4096, 257));
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub(crate) struct Candidates {
     pub symmetric: bool,
     /// Whether the graph was swept over the upper triangle under sampled bounds (long lists).
     pub bounded: bool,
+    /// Whether distance tiles after each query tile's first were sparse (narrow tiles under
+    /// a small budget: keys under a row's bound only).
+    pub sparse: bool,
     /// Whether pairs listed by both their rows had their exact key computed once.
     pub shared_keys: bool,
     /// Rows whose ranked answers the next query tile's distance kernel published to the host.

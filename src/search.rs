@@ -211,6 +211,10 @@ pub struct RunStats {
     /// distance computed once), summed over rounds. Rows whose list came out short or
     /// overflowed are searched again and counted in `rows_overflowed` too.
     pub rows_in_bounded_sweeps: usize,
+    /// Query rows whose distance tiles after the first were sparse (a small GPU budget
+    /// narrowed them: only keys under a row's bound were kept), summed over rounds. Rows
+    /// whose shortlist overflowed are searched again and counted in `rows_overflowed` too.
+    pub rows_in_sparse_sweeps: usize,
     /// Query rows whose ranked answers reached the host during the next query tile's distance
     /// kernel (which copies them while it computes) rather than in a copy after their
     /// ranking, summed over rounds.
@@ -375,6 +379,7 @@ impl Knn {
         metric: Metric,
         answers: AnswerMemory,
     ) -> Result<Neighbors> {
+        self.workers().iter().for_each(|w| w.start_call());
         let shift = self.validate_corpus("corpus", corpus, metric)?;
         prepare::validate("queries", queries, metric)?;
         if corpus.cols() != queries.cols() {
@@ -508,6 +513,7 @@ impl Knn {
         crate::trace::mark(|| format!("graph of {} x {} rows, k = {k}", data.rows(), data.cols()));
         check_rows("data", data.rows())?;
         let workers = self.workers();
+        workers.iter().for_each(|w| w.start_call());
         let options = &self.options;
         let asked = strategy::Asked {
             block_rows: options.block_rows,
@@ -810,6 +816,9 @@ impl Knn {
             }
             if cands.bounded {
                 stats.rows_in_bounded_sweeps += pending.len();
+            }
+            if cands.sparse {
+                stats.rows_in_sparse_sweeps += pending.len();
             }
             if cands.shared_keys {
                 stats.rows_sharing_keys += pending.len();

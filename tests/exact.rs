@@ -9,7 +9,7 @@ mod common;
 
 use common::{
     bounded_cases, cases, check, large_corpus_cases, larger_cases, long_list_cases, published_cases, same_shape_cases,
-    symmetric_cases, Case,
+    sparse_cases, symmetric_cases, Case,
 };
 use knng::{Backend, Knn, Metric, Options};
 use rand::{Rng, SeedableRng};
@@ -378,6 +378,31 @@ fn run_bounded(no_subgroups: bool) {
 }
 
 const BOUNDED_BUDGET: u64 = 256 << 20;
+
+/// A budget that narrows the sparse cases' distance tiles to 1024 columns.
+const SPARSE_BUDGET: u64 = 8 << 20;
+
+fn run_sparse(no_subgroups: bool) {
+    let Some(knn) = gpu_with(no_subgroups, Some(SPARSE_BUDGET), None) else { return };
+    let runs = run_cases(&knn, sparse_cases(), false, true);
+    for (case, stats) in sparse_cases().iter().zip(&runs) {
+        let label = format!("[{}] {}", knn.description(), case.name);
+        assert!(stats.rows_in_sparse_sweeps > 0, "{label}: no sparse distance tiles ran");
+        if case.name.contains("sorted") {
+            assert!(stats.rows_overflowed > 0, "{label}: no shortlist overflowed a sparse tile");
+        }
+    }
+}
+
+#[test]
+fn gpu_subgroup_select_sparse_tiles() {
+    run_sparse(false);
+}
+
+#[test]
+fn gpu_workgroup_select_sparse_tiles() {
+    run_sparse(true);
+}
 
 #[test]
 fn gpu_subgroup_select_bounded_sweeps() {

@@ -304,6 +304,7 @@ fn candidates_of(kc: usize, keys: Vec<f32>, ids: Vec<u32>, symmetric: bool) -> C
         published: 0,
         symmetric,
         bounded: false,
+        sparse: false,
         shared_keys: false,
         exact: None,
         ranked: None,

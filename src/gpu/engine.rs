@@ -68,6 +68,9 @@ pub(crate) struct GpuEngine {
     pub(super) max_binding: u64,
     /// Bytes the engine may allocate; halved after each out-of-memory error.
     pub(super) budget: std::sync::atomic::AtomicU64,
+    /// Query rows swept with sparse distance tiles, and those of them whose shortlists
+    /// overflowed (`plan::sparse_tiles_pay`).
+    pub(super) sparse_rows: [std::sync::atomic::AtomicU64; 2],
 }
 
 impl GpuEngine {
@@ -104,6 +107,7 @@ impl GpuEngine {
             corpus_cache: Default::default(),
             max_binding,
             budget,
+            sparse_rows: Default::default(),
         })
     }
 
@@ -122,6 +126,25 @@ impl GpuEngine {
 
     pub(super) fn budget(&self) -> DeviceBudget {
         DeviceBudget { max_binding: self.max_binding, budget: self.budget.load(std::sync::atomic::Ordering::Relaxed) }
+    }
+
+    /// Records a round swept with sparse distance tiles: `rows` query rows, `overflowed` of
+    /// them marked incomplete.
+    pub(super) fn record_sparse(&self, rows: usize, overflowed: usize) {
+        self.sparse_rows[0].fetch_add(rows as u64, std::sync::atomic::Ordering::Relaxed);
+        self.sparse_rows[1].fetch_add(overflowed as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Forgets the sparse tiles' record of earlier data.
+    pub fn forget_data(&self) {
+        self.sparse_rows.iter().for_each(|a| a.store(0, std::sync::atomic::Ordering::Relaxed));
+    }
+
+    /// Whether sparse distance tiles still pay on this engine's data (`plan::sparse_tiles_pay`).
+    pub(super) fn sparse_tiles_pay(&self) -> bool {
+        let [rows, overflowed] = &self.sparse_rows;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        plan::sparse_tiles_pay(load(rows), load(overflowed))
     }
 
     /// Halves the memory budget after an out-of-memory error; false when it is already too

@@ -176,6 +176,7 @@ impl RowLists {
             buffers_allocated: false,
             symmetric: false,
             bounded: false,
+            sparse: false,
             shared_keys: false,
             published: 0,
             exact: self.exact,

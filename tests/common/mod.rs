@@ -563,3 +563,52 @@ pub fn bounded_cases() -> Vec<Case> {
         },
     ]
 }
+
+/// Corpora of 4096 rows, which a budget of a few MiB cuts into distance tiles narrowed to
+/// 1024 columns: each query tile's first is dense and the rest sparse (keys under a row's
+/// bound only). Sorted rows overflow shortlists (the first tile is far from a row, so its
+/// bound is loose) and are searched again; ties and duplicates must still come out as the
+/// dense path gives them.
+pub fn sparse_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(29);
+    let line: Vec<Vec<f32>> = (0..4096)
+        .map(|i| vec![i as f32 * 0.01 + rng.random_range(0.0..0.005f32), rng.random_range(0.0..0.02f32)])
+        .collect();
+    vec![
+        Case {
+            name: "euclidean: graph n=4096 d=8 k=10".into(),
+            corpus: random(&mut rng, 4096, 8, 2.0),
+            queries: None,
+            k: 10,
+            metric: Metric::Euclidean,
+        },
+        Case {
+            name: "euclidean: graph n=4096 d=2 k=16, rows sorted along a line".into(),
+            corpus: Matrix::from_rows(&line).unwrap(),
+            queries: None,
+            k: 16,
+            metric: Metric::Euclidean,
+        },
+        Case {
+            name: "sqeuclidean: lattice graph n=4096 d=3 k=40, ties at every rank".into(),
+            corpus: lattice(&mut rng, 4096, 3, 9, 0.0),
+            queries: None,
+            k: 40,
+            metric: Metric::SqEuclidean,
+        },
+        Case {
+            name: "cosine: search 4096 x 700 queries d=12 k=30, duplicated rows".into(),
+            corpus: with_duplicates(&mut rng, 4096, 12),
+            queries: Some(random(&mut rng, 700, 12, 0.3)),
+            k: 30,
+            metric: Metric::Cosine,
+        },
+        Case {
+            name: "inner_product: search 4096 x 500 queries d=16 k=5".into(),
+            corpus: random(&mut rng, 4096, 16, 0.0),
+            queries: Some(random(&mut rng, 500, 16, 0.0)),
+            k: 5,
+            metric: Metric::InnerProduct,
+        },
+    ]
+}

@@ -162,9 +162,13 @@ impl CorpusSession<'_> {
         let gpu_exact = self.raw_corpus.is_some();
         // Ranking on the GPU needs its exact keys.
         let certify = certify.filter(|_| gpu_exact && gpu.kernels.certify.is_some());
-        let plan_with =
-            |caps: plan::TileCaps| plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), caps, gpu.budget());
-        let tiles = self.sweep_plan(nq, kc, from_corpus, certify.is_some(), sides)?;
+        // Sparse distance tiles, where the plan takes them, while they pay on this data.
+        let sparse_pays = gpu.sparse_tiles_pay();
+        let checked = |t: TilePlan| TilePlan { sparse: t.sparse && sparse_pays, ..t };
+        let plan_with = |caps: plan::TileCaps| {
+            plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), caps, gpu.budget()).map(checked)
+        };
+        let tiles = checked(self.sweep_plan(nq, kc, from_corpus, certify.is_some(), sides)?);
         debug_assert!(sides == Sides::Whole || tiles.symmetric, "a two-sided block is a symmetric sweep");
         // The one-invocation kernel of rows under GROUPED_ROWS sums its own norms.
         if gpu_exact && self.metric == Metric::Cosine && gpu.kernels.refine.is_some() && d >= GROUPED_ROWS {
@@ -249,12 +253,17 @@ impl CorpusSession<'_> {
             keys: zeroed_answers(lists),
             ids: zeroed_answers(lists),
             failed: vec![false; nq],
-            incomplete: if tiles.symmetric || tiles.bounded.is_some() { vec![false; nq] } else { Vec::new() },
+            incomplete: if tiles.symmetric || tiles.bounded.is_some() || tiles.sparse {
+                vec![false; nq]
+            } else {
+                Vec::new()
+            },
             shortlisted: 0,
             buffers_allocated: !reused,
             published: 0,
             symmetric: tiles.symmetric,
             bounded: tiles.bounded.is_some(),
+            sparse: tiles.sparse,
             shared_keys: buffers.shared_keys,
             ranked: certify.map(|c| {
                 let (ids, distances) = c.answers.take(nq * c.k);
@@ -430,6 +439,9 @@ impl CorpusSession<'_> {
             Ok(shortlisted)
         })?;
         out.shortlisted = shortlisted;
+        if tiles.sparse {
+            gpu.record_sparse(nq, out.incomplete.iter().filter(|&&i| i).count());
+        }
         // Every tile's answers but the last one's.
         out.published = if publishes { nq - query_tiles.last().map_or(0, |t| t.rows) } else { 0 };
         *gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, buffers));

@@ -11,7 +11,7 @@ use crate::gpu::kernels::{
     bind_group, bind_group_at, gemm_tiles, grid, metric_modes, publishing_groups, DistanceParams, Job, NormsParams,
     ParamSlots, SelectParams, Step, WIDE_MERGE_KC,
 };
-use crate::plan::TilePlan;
+use crate::plan::{self, TilePlan};
 use crate::refine::NONE;
 
 impl CorpusSession<'_> {
@@ -121,6 +121,8 @@ impl CorpusSession<'_> {
             (0..starts.len()).map(|i| vec![i]).collect()
         };
         let mut first_tile = true;
+        // Columns the query tile has met, which size its sparse distance tiles.
+        let mut met = 0;
         let mut publishing = None;
         for (batch_no, batch) in batches.iter().enumerate() {
             let streamed: Vec<PreparedRows> = if self.plan.resident {
@@ -146,14 +148,19 @@ impl CorpusSession<'_> {
             let publishing_bind =
                 publish.filter(|_| first_tile).and_then(|read_back| self.publishing(b, chunks[0], read_back));
             // Distance tiles of each chunk: (first row in the chunk, rows).
-            let column_tiles: Vec<Vec<(usize, usize)>> = chunks
-                .iter()
-                .map(|chunk| {
-                    let start = columns_start.saturating_sub(chunk.first);
-                    let end = chunk.rows.min(columns_end.saturating_sub(chunk.first));
-                    (start..end).step_by(tiles.column_tile).map(|c0| (c0, tiles.column_tile.min(end - c0))).collect()
-                })
-                .collect();
+            let mut column_tiles: Vec<Vec<(usize, usize)>> = Vec::with_capacity(chunks.len());
+            for chunk in &chunks {
+                let start = columns_start.saturating_sub(chunk.first);
+                let end = chunk.rows.min(columns_end.saturating_sub(chunk.first));
+                let mut cts = Vec::new();
+                let mut c0 = start;
+                while c0 < end {
+                    let cols = plan::sparse_tile_width(&tiles, met).min(end - c0);
+                    cts.push((c0, cols));
+                    (c0, met) = (c0 + cols, met + cols);
+                }
+                column_tiles.push(cts);
+            }
             let column_binds: Vec<wgpu::BindGroup> = chunks
                 .iter()
                 .zip(&column_tiles)
@@ -181,8 +188,9 @@ impl CorpusSession<'_> {
                 for &(c0, cols) in cts {
                     let col_base = (chunk.first + c0) as u32;
                     // From the second tile on, rows have a bound and keys under it go to
-                    // their shortlists.
+                    // their shortlists; a sparse tile keeps nothing else.
                     let shortlist_cap = if first_tile { 0 } else { cap as u32 };
+                    let sparse = tiles.sparse && !first_tile;
                     let tile_count = gemm_tiles(rows, cols);
                     let publishing = publishing_bind.as_ref().filter(|_| first_tile).map(|(bind, _)| bind);
                     let groups = if publishing.is_some() { publishing_groups(tile_count) } else { tile_count };
@@ -193,7 +201,7 @@ impl CorpusSession<'_> {
                         dim4: d.div_ceil(4) as u32,
                         c_offset: c0 as u32,
                         col_base,
-                        out_stride: tiles.dist_stride as u32,
+                        out_stride: if sparse { 0 } else { tiles.dist_stride as u32 },
                         mode: metric_modes(self.metric).1,
                         groups_x: gx,
                         shortlist_cap,
@@ -221,21 +229,26 @@ impl CorpusSession<'_> {
                         ..Default::default()
                     };
                     // The tile's kc best: straight into the running lists for the first tile,
-                    // else into the tile region.
-                    let offset = params.push(SelectParams {
-                        len: cols as u32,
-                        in_stride: tiles.dist_stride as u32,
-                        col_base,
-                        out_offset: if first_tile { 0 } else { tile_region },
-                        dense: 1,
-                        ..select
-                    });
-                    jobs.push(Job { step: Step::SelectRows, offset, groups: (sx, sy), bind: &select_bind });
-                    // Merge: the kc best of the running list and the tile's list.
+                    // else into the tile region; a sparse tile has only its shortlists.
+                    if !sparse {
+                        let offset = params.push(SelectParams {
+                            len: cols as u32,
+                            in_stride: tiles.dist_stride as u32,
+                            col_base,
+                            out_offset: if first_tile { 0 } else { tile_region },
+                            dense: 1,
+                            ..select
+                        });
+                        jobs.push(Job { step: Step::SelectRows, offset, groups: (sx, sy), bind: &select_bind });
+                    }
+                    // Merge: the kc best of the running list and the tile's list, or of a
+                    // sparse tile's shortlist (an overflowed one marks its row incomplete).
                     let merge = SelectParams { len: 2 * kc as u32, in_stride: tile_region, ..select };
                     if !first_tile {
                         let ((mx, my), per_group) = merge_groups(rows);
-                        let offset = params.push(SelectParams { groups_x: mx, rows_per_group: per_group, ..merge });
+                        let in_stride = if sparse { NONE } else { tile_region };
+                        let offset =
+                            params.push(SelectParams { groups_x: mx, rows_per_group: per_group, in_stride, ..merge });
                         jobs.push(Job { step: merge_step, offset, groups: (mx, my), bind: &select_bind });
                     }
                     // The column rows' shortlists, with no tile list to fall back on.
