@@ -79,7 +79,7 @@ pub(crate) fn graph(
 
     let jobs = task.plan.graph_jobs();
     let kc = initial_candidates_of(task.k, task.data.rows(), task.include_self);
-    let mut run = Run::new(task, &row_stats, kc, jobs.len());
+    let mut run = Run::new(task, &row_stats, kc, jobs.len())?;
     run.spill = task.scratch.as_deref().map(|dir| Spill::new(dir, kc));
     let mut resumed = vec![false; jobs.len()];
     if let Some(c) = checkpoint {
@@ -203,16 +203,27 @@ struct Run<'a> {
     spill: Option<Spill>,
     next_to_emit: usize,
     stats: RunStats,
+    /// Threads of their own for merges and exact finishes, beside the workers: in the shared
+    /// pool a merge held up the readers that copy a GPU's tiles out, and the GPU waited.
+    host: rayon::ThreadPool,
 }
 
+/// The merges and exact finishes take one thread in this many.
+const HOST_SHARE: usize = 4;
+
 impl<'a> Run<'a> {
-    fn new(task: &'a GraphTask<'a>, row_stats: &'a RowStats, kc: usize, jobs_total: usize) -> Self {
+    fn new(task: &'a GraphTask<'a>, row_stats: &'a RowStats, kc: usize, jobs_total: usize) -> Result<Self> {
         let count = task.plan.count;
         // Every block of rows is held by its diagonal block and by a pair with each other.
         let blocks = (0..count).map(|_| RowBlock { jobs_left: count, ..RowBlock::default() }).collect();
         let corpus_max = row_stats.max();
         let stats = RunStats { rounds: 1, ..RunStats::default() };
-        Run {
+        let host = rayon::ThreadPoolBuilder::new()
+            .num_threads((rayon::current_num_threads() / HOST_SHARE).max(1))
+            .thread_name(|i| format!("knng-merge-{i}"))
+            .build()
+            .map_err(|e| crate::error::Error::Gpu(format!("cannot start the merging threads: {e}")))?;
+        Ok(Run {
             task,
             row_stats,
             corpus_max,
@@ -225,7 +236,8 @@ impl<'a> Run<'a> {
             spill: None,
             next_to_emit: 0,
             stats,
-        }
+            host,
+        })
     }
 
     /// Merges the lists of a first-round block, or spills those of blocks of rows that are
@@ -240,7 +252,8 @@ impl<'a> Run<'a> {
                 (Some(spill), false) => spill.put(b, &part)?,
                 _ => {
                     let rows = plan.range(b).len();
-                    self.blocks[b].lists.get_or_insert_with(|| RowLists::new(rows, self.kc)).merge(&part);
+                    let lists = self.blocks[b].lists.get_or_insert_with(|| RowLists::new(rows, self.kc));
+                    self.host.install(|| lists.merge(&part));
                 }
             }
         }
@@ -266,7 +279,7 @@ impl<'a> Run<'a> {
         let k = self.task.k;
         let mut lists = self.blocks[b].lists.take().unwrap_or_else(|| RowLists::new(range.len(), self.kc));
         if let Some(spill) = &mut self.spill {
-            spill.take(b, |part| lists.merge(&part))?;
+            spill.take(b, |part| self.host.install(|| lists.merge(&part)))?;
         }
         let mut answers = (vec![0u32; range.len() * k], vec![0f32; range.len() * k]);
         let rows: Vec<usize> = range.clone().collect();
@@ -280,7 +293,7 @@ impl<'a> Run<'a> {
     fn search_done(&mut self, batch: &Batch, parts: Vec<Part>) {
         let b = batch.block;
         let (lists, left, round) = self.blocks[b].search.as_mut().expect("a search runs for this block");
-        parts.iter().for_each(|p| lists.merge(p));
+        self.host.install(|| parts.iter().for_each(|p| lists.merge(p)));
         *left -= 1;
         if *left > 0 {
             return;
@@ -332,30 +345,33 @@ impl<'a> Run<'a> {
         if cands.exact.is_some() {
             self.stats.rows_reranked_on_gpu += rows.len();
         }
-        let outcomes: Vec<Outcome> = rows
-            .par_iter()
-            .enumerate()
-            .map(|(slot, &i)| {
-                let exclude = if include_self { NONE } else { i as u32 };
-                let q = Query { corpus: data, vector: data.row(i), metric, k, exclude };
-                if cands.incomplete[slot] {
-                    return Outcome::Overflowed;
-                }
-                if cands.failed[slot] {
-                    return Outcome::BruteForced(refine::brute_force(q));
-                }
-                let range = slot * kc..(slot + 1) * kc;
-                let bound = prepare::key_error_bound(metric, d, self.row_stats.scale[i], self.corpus_max);
-                // A row not proven although its list covers every row: keys that overflowed
-                // f32 (`key_error_bound`). The host answers it.
-                let exact = cands.exact.as_ref().map(|e| &e[range.clone()]);
-                match refine::refine(q, &cands.keys[range.clone()], &cands.ids[range], exact, available, bound) {
-                    Some(ranked) => Outcome::Proven(ranked),
-                    None if kc >= available => Outcome::BruteForced(refine::brute_force(q)),
-                    None => Outcome::Unproven,
-                }
-            })
-            .collect();
+        let row_stats = self.row_stats;
+        let corpus_max = self.corpus_max;
+        let outcomes: Vec<Outcome> = self.host.install(|| {
+            rows.par_iter()
+                .enumerate()
+                .map(|(slot, &i)| {
+                    let exclude = if include_self { NONE } else { i as u32 };
+                    let q = Query { corpus: data, vector: data.row(i), metric, k, exclude };
+                    if cands.incomplete[slot] {
+                        return Outcome::Overflowed;
+                    }
+                    if cands.failed[slot] {
+                        return Outcome::BruteForced(refine::brute_force(q));
+                    }
+                    let range = slot * kc..(slot + 1) * kc;
+                    let bound = prepare::key_error_bound(metric, d, row_stats.scale[i], corpus_max);
+                    // A row not proven although its list covers every row: keys that overflowed
+                    // f32 (`key_error_bound`). The host answers it.
+                    let exact = cands.exact.as_ref().map(|e| &e[range.clone()]);
+                    match refine::refine(q, &cands.keys[range.clone()], &cands.ids[range], exact, available, bound) {
+                        Some(ranked) => Outcome::Proven(ranked),
+                        None if kc >= available => Outcome::BruteForced(refine::brute_force(q)),
+                        None => Outcome::Unproven,
+                    }
+                })
+                .collect()
+        });
         let mut pending = Vec::new();
         for (&i, outcome) in rows.iter().zip(outcomes) {
             let at = (i - first) * k..(i - first + 1) * k;
