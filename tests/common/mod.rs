@@ -158,6 +158,14 @@ fn scaled_rows(rng: &mut StdRng, n: usize, d: usize) -> Matrix {
     Matrix::new(m, n, d).unwrap()
 }
 
+/// Two-dimensional rows along a line, stored in their order along it.
+fn sorted_line(rng: &mut StdRng, n: usize) -> Matrix {
+    let rows: Vec<Vec<f32>> = (0..n)
+        .map(|i| vec![i as f32 * 0.01 + rng.random_range(0.0..0.005f32), rng.random_range(0.0..0.02f32)])
+        .collect();
+    Matrix::from_rows(&rows).unwrap()
+}
+
 fn scaled(m: Matrix, s: f32) -> Matrix {
     let (n, d) = (m.rows(), m.cols());
     Matrix::new(m.into_vec().into_iter().map(|v| v * s).collect(), n, d).unwrap()
@@ -345,12 +353,7 @@ pub fn larger_cases() -> Vec<Case> {
             // Sorted data: a row's first distance tiles are far from it, so its bound is
             // loose and its shortlist overflows on the tiles around it.
             name: "euclidean: graph n=2000 d=2 k=10, rows sorted along a line".into(),
-            corpus: Matrix::from_rows(
-                &(0..2000)
-                    .map(|i| vec![i as f32 * 0.01 + rng.random_range(0.0..0.005f32), rng.random_range(0.0..0.02f32)])
-                    .collect::<Vec<_>>(),
-            )
-            .unwrap(),
+            corpus: sorted_line(&mut rng, 2000),
             queries: None,
             k: 10,
             metric: Metric::Euclidean,
@@ -571,9 +574,7 @@ pub fn bounded_cases() -> Vec<Case> {
 /// dense path gives them.
 pub fn sparse_cases() -> Vec<Case> {
     let mut rng = StdRng::seed_from_u64(29);
-    let line: Vec<Vec<f32>> = (0..4096)
-        .map(|i| vec![i as f32 * 0.01 + rng.random_range(0.0..0.005f32), rng.random_range(0.0..0.02f32)])
-        .collect();
+    let line = sorted_line(&mut rng, 4096);
     vec![
         Case {
             name: "euclidean: graph n=4096 d=8 k=10".into(),
@@ -584,7 +585,7 @@ pub fn sparse_cases() -> Vec<Case> {
         },
         Case {
             name: "euclidean: graph n=4096 d=2 k=16, rows sorted along a line".into(),
-            corpus: Matrix::from_rows(&line).unwrap(),
+            corpus: line,
             queries: None,
             k: 16,
             metric: Metric::Euclidean,
