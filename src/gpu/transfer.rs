@@ -138,11 +138,18 @@ impl Mapping {
 
 /// Reads a buffer mapped by [`map_ready`], then unmaps it.
 pub(super) fn read_mapped(staging: &wgpu::Buffer, read: impl FnOnce(&[u8])) -> Result<()> {
-    {
-        let view = staging.get_mapped_range(..).map_err(|e| Error::Gpu(format!("reading results back: {e:?}")))?;
-        read(&view);
-    }
+    read_view(staging, read)?;
     staging.unmap();
+    Ok(())
+}
+
+/// Reads a buffer mapped by [`map_ready`] and leaves it mapped. Safe on a thread beside the
+/// one that polls the device: taking the view makes no driver call, whereas unmapping does,
+/// and wgpu's GL backend gives up with a panic on a driver lock held for more than six
+/// seconds by a wait for a long dispatch on another thread.
+pub(super) fn read_view(staging: &wgpu::Buffer, read: impl FnOnce(&[u8])) -> Result<()> {
+    let view = staging.get_mapped_range(..).map_err(|e| Error::Gpu(format!("reading results back: {e:?}")))?;
+    read(&view);
     Ok(())
 }
 

@@ -8,7 +8,7 @@ use super::QueryTile;
 use crate::data::stream_copy;
 use crate::error::Result;
 use crate::gpu::engine::GpuEngine;
-use crate::gpu::transfer::read_mapped;
+use crate::gpu::transfer::read_view;
 use crate::refine::{found, order_ties_by_index, Candidates, TileRanked};
 
 thread_local! {
@@ -26,9 +26,9 @@ pub(super) struct TileRead {
 }
 
 impl TileRead {
-    /// Copies the tile's results out of `staging` into its part of the candidates and unmaps
-    /// it, then hands ranked rows to `tile_ranked`. Returns how many of its rows took a
-    /// shortlist.
+    /// Copies the tile's results out of `staging` into its part of the candidates, then hands
+    /// ranked rows to `tile_ranked`; the thread that polls the device unmaps `staging`
+    /// afterwards. Returns how many of its rows took a shortlist.
     pub(super) fn copy_out(
         &self,
         gpu: &GpuEngine,
@@ -40,7 +40,7 @@ impl TileRead {
         let started = std::time::Instant::now();
         let TileRead { rows, kc, ranked, .. } = *self;
         let mut shortlisted = 0;
-        read_mapped(staging, |bytes| {
+        read_view(staging, |bytes| {
             let at = |offset: u64, len: usize| &bytes[offset as usize..offset as usize + len];
             let flags_at = match (&b.certify, out.ranked.as_mut()) {
                 (Some(cb), Some((out_ids, out_distances, out_status))) if ranked => {

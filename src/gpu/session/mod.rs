@@ -345,8 +345,10 @@ impl CorpusSession<'_> {
             // mapping (requested once they are on their way: after the sweep that publishes them).
             let mut unread: VecDeque<(usize, TileRead, Option<Mapping>)> = VecDeque::new();
             let mut shortlisted = 0;
-            let collect = |reader: Reader<'_>, shortlisted: &mut usize| -> Result<()> {
+            let collect = |(t, reader): (usize, Reader<'_>), shortlisted: &mut usize| -> Result<()> {
                 let (done, rows_shortlisted) = join(reader)?;
+                // Unmapped here, on the thread that polls: readers make no driver calls.
+                buffers.staging[t % slots].unmap();
                 report(finished(done));
                 *shortlisted += rows_shortlisted;
                 Ok(())
@@ -392,8 +394,8 @@ impl CorpusSession<'_> {
                     start_oldest(last, reading, unread, parts)?;
                     match reading.front() {
                         Some(&(t, _)) if t <= last => {
-                            let (_, reader) = reading.pop_front().expect("the front reader was just seen");
-                            collect(reader, shortlisted)?;
+                            let tile_reader = reading.pop_front().expect("the front reader was just seen");
+                            collect(tile_reader, shortlisted)?;
                         }
                         _ => return Ok(()),
                     }
