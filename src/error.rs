@@ -99,6 +99,10 @@ pub enum Error {
         /// What went wrong, including the row or byte offset where known.
         message: String,
     },
+    /// A message between the processes of a job that shares a graph ([`Cluster`](crate::Cluster))
+    /// could not be sent, received or read.
+    #[error("cluster: {0}")]
+    Cluster(String),
     /// An operating-system I/O error on a file.
     #[error("{path}: {source}")]
     Io {

@@ -39,6 +39,7 @@
 #![warn(missing_docs)]
 
 mod answer_file;
+mod cluster;
 mod cpu;
 mod data;
 mod engine;
@@ -56,6 +57,9 @@ mod search;
 mod strategy;
 mod trace;
 
+pub use cluster::Cluster;
+#[cfg(feature = "mpi")]
+pub use cluster::{launched_by_mpi, Mpi};
 pub use data::{FinishedRows, Matrix, MatrixRef, Neighbors};
 pub use error::{Error, Result};
 pub use gpu::{adapters, missing_gpu_hint, AdapterReport, GpuTimes};

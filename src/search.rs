@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 use rayon::prelude::*;
 
 use crate::answer_file::AnswerFile;
+use crate::cluster::Cluster;
 use crate::cpu::CpuEngine;
 use crate::data::{AnswerMemory, FinishedRows, Matrix, MatrixRef, Neighbors};
 use crate::engine::{retry_smaller, Engine};
@@ -131,6 +132,15 @@ pub struct Options {
     /// (default: as many as [`Options::max_host_memory`] allows); the lists of later blocks
     /// are spilled to [`Options::scratch`] until their rows are finished.
     pub lists_in_memory: Option<usize>,
+    /// The processes of a job that build each graph together ([`Cluster`]; [`Mpi`](crate::Mpi)
+    /// with the `mpi` feature), where there are several. Every rank calls the same method
+    /// with the same data and arguments; the graph is then always partitioned, each rank
+    /// computing its share of the blocks on its own devices ([`Options::devices`]), and rank 0
+    /// alone receives the rows: on the other ranks [`Knn::graph`] returns an answer of no rows
+    /// and [`Knn::graph_streamed`] hands over nothing. A checkpoint keeps each rank's blocks
+    /// in a directory of its own inside [`Options::checkpoint`]. Searches are not shared:
+    /// each rank computes the whole answer.
+    pub cluster: Option<Arc<dyn Cluster>>,
     /// Depth of the distance kernel's workgroup tiles: 4, 8, 16 (default) or 32. For tuning.
     ///
     /// This and the caps and switches above it override the planner's choices, for tests that
@@ -161,6 +171,7 @@ impl std::fmt::Debug for Options {
             .field("lists_in_memory", &self.lists_in_memory)
             .field("checkpoint", &self.checkpoint)
             .field("notice", &self.notice.is_some())
+            .field("cluster", &self.cluster.as_ref().map(|c| format!("rank {} of {}", c.rank(), c.size())))
             .field("distance_tile_depth", &self.distance_tile_depth)
             .finish()
     }
@@ -495,7 +506,8 @@ impl Knn {
         };
         match self.graph_or_stream(data, k, metric, answers, held, &mut collect)? {
             Some(answer) => Ok(answer),
-            None => Ok(Neighbors { indices, distances, queries: data.rows(), k }),
+            // Ranks of a cluster other than 0 receive no rows.
+            None => Ok(Neighbors { queries: indices.len() / k.max(1), indices, distances, k }),
         }
     }
 
@@ -526,6 +538,7 @@ impl Knn {
             ranks_on_device: options.answers_on_disk != Some(false)
                 && self.engine.ranks_graph_on_device(data.rows(), data.cols()),
             answers_on_disk: options.answers_on_disk == Some(true),
+            ranks: self.cluster().map_or(1, |c| c.size()),
             device_rows: self.engine.device_block_rows(data.rows(), data.cols()),
             two_sided_rows: self.engine.two_sided_block_rows(
                 data.rows(),
@@ -604,9 +617,15 @@ impl Knn {
         blocks: Blocks,
         sink: &mut RowSink<'_>,
     ) -> Result<()> {
-        let Blocks { plan, workers, lists_in_memory } = blocks;
+        let Blocks { mut plan, workers, lists_in_memory } = blocks;
         let (n, d) = (data.rows(), data.cols());
-        let shift = prepare::validate_corpus("data", data, metric)?;
+        let mut shift = prepare::validate_corpus("data", data, metric)?;
+        let cluster = self.cluster();
+        if let Some(c) = cluster {
+            // The ranks must cut the data alike and compute keys with the same shift (each
+            // chose from its own devices and memory): rank 0's choice holds.
+            (plan, shift) = agree_on_blocks(c, plan, shift)?;
+        }
         self.check_graph_k(n, k)?;
         let problem = Problem { n, d, k };
         let limit = self.options.max_host_memory;
@@ -622,7 +641,11 @@ impl Knn {
         let checkpoint = match &self.options.checkpoint {
             Some(dir) => {
                 let manifest = checkpoint::Manifest::new(data, k, metric, include_self, plan);
-                Some(checkpoint::Checkpoint::open(dir, &manifest, plan)?)
+                let dir = match cluster {
+                    Some(c) => dir.join(format!("rank-{}-of-{}", c.rank(), c.size())),
+                    None => dir.clone(),
+                };
+                Some(checkpoint::Checkpoint::open(&dir, &manifest, plan)?)
             }
             None => None,
         };
@@ -637,6 +660,7 @@ impl Knn {
             symmetric: self.options.symmetric_graphs,
             lists_in_memory,
             scratch,
+            cluster,
         };
         let mut stats = RunStats { workers: workers.len(), ..RunStats::default() };
         let notice = |blocks: usize, done: usize| {
@@ -657,6 +681,11 @@ impl Knn {
         }
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
         Ok(())
+    }
+
+    /// The ranks sharing graphs, where there are more than one.
+    fn cluster(&self) -> Option<&dyn Cluster> {
+        self.options.cluster.as_deref().filter(|c| c.size() > 1)
     }
 
     /// [`prepare::validate_corpus`]; a GPU engine allocates the corpus's buffers and writes
@@ -1062,6 +1091,22 @@ fn gather_rows(m: MatrixRef<'_>, rows: &[usize]) -> Matrix {
 /// [`Knn::search`] with default options (the best available backend).
 pub fn search(corpus: MatrixRef<'_>, queries: MatrixRef<'_>, k: usize, metric: Metric) -> Result<Neighbors> {
     Knn::new(Options::default())?.search(corpus, queries, k, metric)
+}
+
+/// Rank 0's rows a block and centring shift, on every rank of `c`.
+fn agree_on_blocks(c: &dyn Cluster, plan: BlockPlan, shift: Vec<f32>) -> Result<(BlockPlan, Vec<f32>)> {
+    let mut mine = (plan.rows as u64).to_le_bytes().to_vec();
+    mine.extend_from_slice(bytemuck::cast_slice(&shift));
+    let agreed = crate::cluster::agree(c, mine)?;
+    if agreed.len() != 8 + shift.len() * 4 {
+        return Err(Error::Cluster(format!(
+            "rank 0 cut data of {} columns into blocks with a shift of {} bytes: do all ranks read the same input?",
+            shift.len(),
+            agreed.len().saturating_sub(8)
+        )));
+    }
+    let rows = u64::from_le_bytes(agreed[..8].try_into().expect("8 bytes")) as usize;
+    Ok((BlockPlan::new(plan.n, rows), bytemuck::pod_collect_to_vec(&agreed[8..])))
 }
 
 /// [`Knn::graph`] with default options (the best available backend).

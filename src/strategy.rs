@@ -71,6 +71,9 @@ pub(crate) struct Asked {
     pub ranks_on_device: bool,
     /// `Options::answers_on_disk` forced on.
     pub answers_on_disk: bool,
+    /// Processes sharing the graph (ranks of a cluster), each with its own workers; the
+    /// graph is partitioned whenever there are more than one.
+    pub ranks: usize,
     /// Most rows of a block that the first engine keeps on its device with what it needs to
     /// rank them there, where that is fewer than the data's; `None` for any number (the
     /// CPU, or a device that holds the whole data).
@@ -84,9 +87,10 @@ pub(crate) struct Asked {
 pub(crate) fn choose(p: Problem, workers: usize, asked: Asked) -> Strategy {
     let fits_whole = asked.memory.is_none_or(|m| memory::host_memory_estimate(p.n, p.n, p.d, p.k) <= m);
     let share = workers > 1 && (asked.devices_listed || p.n >= DEFAULT_SHARED_ROWS);
+    let ranks = asked.ranks.max(1);
     // Data that the device cannot rank whole is cut into blocks that it can.
     let device_rows = asked.device_rows.filter(|&r| r < p.n && r >= MIN_DEVICE_BLOCK_ROWS);
-    if asked.block_rows.is_none() && !share && !asked.checkpoint {
+    if asked.block_rows.is_none() && !share && !asked.checkpoint && ranks == 1 {
         let on_disk_fits = asked.memory.is_none_or(|m| memory::on_disk_estimate(p) <= m);
         if asked.ranks_on_device && (asked.answers_on_disk || !fits_whole) && on_disk_fits {
             return Strategy::SingleOnDisk;
@@ -103,7 +107,7 @@ pub(crate) fn choose(p: Problem, workers: usize, asked: Asked) -> Strategy {
         // under limits of whole tiles too, rounding up keeps them.
         let whole_tiles = |r: usize| if r >= MIN_DEVICE_BLOCK_ROWS { r / ALIGN_ROWS * ALIGN_ROWS } else { r };
         let two_sided_rows = asked.two_sided_rows.filter(|&r| r >= MIN_TWO_SIDED_BLOCK_ROWS);
-        let blocks = (2 * workers)
+        let blocks = (2 * workers * ranks)
             .max(p.n.div_ceil(DEFAULT_BLOCK_ROWS))
             .max(device_rows.map_or(1, |r| p.n.div_ceil(whole_tiles(r))))
             .max(two_sided_rows.map_or(1, |r| p.n.div_ceil(whole_tiles(r))));
@@ -141,6 +145,7 @@ mod tests {
         memory: None,
         ranks_on_device: false,
         answers_on_disk: false,
+        ranks: 1,
         device_rows: None,
         two_sided_rows: None,
     };
@@ -159,6 +164,16 @@ mod tests {
     #[test]
     fn one_engine_without_a_checkpoint_takes_the_whole_data() {
         assert_eq!(choose(problem(1 << 24), 1, Asked::default()), Strategy::Single);
+    }
+
+    #[test]
+    fn ranks_of_a_cluster_always_take_blocks_two_a_worker() {
+        let asked = Asked { ranks: 3, ..Asked::default() };
+        let (plan, workers, _) = partitioned(choose(problem(1000), 1, asked));
+        assert_eq!((plan.count, workers), (6, 1));
+        // Each rank's own devices are its workers.
+        let (plan, workers, _) = partitioned(choose(problem(1 << 20), 2, Asked { devices_listed: true, ..asked }));
+        assert_eq!((plan.count, workers), (12, 2));
     }
 
     #[test]

@@ -20,6 +20,16 @@ pub(crate) enum Job {
     Pair(usize, usize),
 }
 
+impl Job {
+    /// The blocks of rows whose lists the job brings.
+    pub fn blocks(self) -> Vec<usize> {
+        match self {
+            Job::Diagonal(b) => vec![b],
+            Job::Pair(i, j) => vec![i, j],
+        }
+    }
+}
+
 impl BlockPlan {
     /// `rows` per block, at least one; one block when `rows >= n`.
     pub fn new(n: usize, rows: usize) -> Self {

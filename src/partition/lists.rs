@@ -162,6 +162,21 @@ impl RowLists {
         }
     }
 
+    /// The merged lists as one part, for every row from slot 0.
+    pub fn into_part(self) -> Part {
+        let rows = self.flags.len();
+        Part {
+            first: 0,
+            slots: None,
+            rows,
+            kc: self.kc,
+            keys: self.keys,
+            ids: self.ids,
+            flags: self.flags,
+            exact: self.exact,
+        }
+    }
+
     /// The merged lists in the form the exact finish takes.
     pub fn into_candidates(self) -> Candidates {
         let failed = self.flags.iter().map(|f| f & FAILED != 0).collect();

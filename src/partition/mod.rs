@@ -30,8 +30,10 @@ use lists::{Part, RowLists};
 pub(crate) use spill::check_scratch;
 use spill::Spill;
 
+use crate::cluster::{self, Cluster};
 use crate::data::{Matrix, MatrixRef};
 use crate::engine::{CandidateJob, Engine};
+use crate::error::Error;
 use crate::error::Result;
 use crate::metric::Metric;
 use crate::prepare::{self, RowStats};
@@ -55,6 +57,9 @@ pub(crate) struct GraphTask<'a> {
     /// Where the lists of other blocks are spilled; needed when `lists_in_memory` is below
     /// the number of blocks.
     pub scratch: Option<PathBuf>,
+    /// The ranks sharing the graph, where there are several: this process computes its share
+    /// of the jobs, and rank 0 alone hands rows to the sink (`cluster/`).
+    pub cluster: Option<&'a dyn Cluster>,
 }
 
 /// Receives finished rows in order: the first row's number, then `rows x k` indices and
@@ -77,9 +82,20 @@ pub(crate) fn graph(
     let row_stats = prepare::row_stats(task.data, task.shift, task.metric);
     stats.prepare_seconds += started.elapsed().as_secs_f64();
 
-    let jobs = task.plan.graph_jobs();
+    // A rank of a cluster computes every R-th job; the others' lists come in messages.
+    let jobs: Vec<Job> = match task.cluster {
+        None => task.plan.graph_jobs(),
+        Some(c) => task
+            .plan
+            .graph_jobs()
+            .into_iter()
+            .enumerate()
+            .filter(|&(j, _)| cluster::deals(j, c))
+            .map(|(_, job)| job)
+            .collect(),
+    };
     let kc = initial_candidates_of(task.k, task.data.rows(), task.include_self);
-    let mut run = Run::new(task, &row_stats, kc, jobs.len())?;
+    let mut run = Run::new(task, &row_stats, kc, &jobs)?;
     run.spill = task.scratch.as_deref().map(|dir| Spill::new(dir, kc));
     let mut resumed = vec![false; jobs.len()];
     if let Some(c) = checkpoint {
@@ -111,7 +127,11 @@ pub(crate) fn graph(
         });
         done
     };
-    workers::run_jobs(engines, work, &execute, |work, (parts, once): (Vec<Part>, bool), more| {
+    let mut on_done = |run: &mut Run<'_>,
+                       stats: &mut RunStats,
+                       work: Work,
+                       (parts, once): (Vec<Part>, bool),
+                       more: &mut Vec<Work>| {
         stats.pair_blocks_once += usize::from(once);
         match work {
             Work::Block(job) => {
@@ -124,10 +144,21 @@ pub(crate) fn graph(
         }
         more.append(&mut run.new_work);
         run.report(progress);
-        run.emit(sink)?;
+        if task.cluster.is_none() {
+            run.emit(sink)?;
+        }
         crate::trace::mark(|| "merged".into());
         Ok(())
-    })?;
+    };
+    workers::run_jobs(engines, work, &execute, |work, result, more| on_done(&mut run, stats, work, result, more))?;
+    if let Some(c) = task.cluster {
+        // Every block of rows to its owner, which finishes it (later rounds on its own
+        // devices), then every finished block to rank 0, in order.
+        run.exchange_lists(c)?;
+        let work = std::mem::take(&mut run.new_work);
+        workers::run_jobs(engines, work, &execute, |work, result, more| on_done(&mut run, stats, work, result, more))?;
+        run.gather_rows(c, sink)?;
+    }
     assert_eq!(run.next_to_emit, task.plan.count, "every block of rows is finished once its jobs are");
     let counted = run.stats;
     stats.rounds = counted.rounds;
@@ -212,10 +243,17 @@ struct Run<'a> {
 const HOST_SHARE: usize = 4;
 
 impl<'a> Run<'a> {
-    fn new(task: &'a GraphTask<'a>, row_stats: &'a RowStats, kc: usize, jobs_total: usize) -> Result<Self> {
+    fn new(task: &'a GraphTask<'a>, row_stats: &'a RowStats, kc: usize, jobs: &[Job]) -> Result<Self> {
         let count = task.plan.count;
-        // Every block of rows is held by its diagonal block and by a pair with each other.
-        let blocks = (0..count).map(|_| RowBlock { jobs_left: count, ..RowBlock::default() }).collect();
+        // Every block of rows is held by its diagonal block and by a pair with each other
+        // (of which a rank of a cluster computes its share).
+        let mut blocks: Vec<RowBlock> = (0..count).map(|_| RowBlock::default()).collect();
+        for job in jobs {
+            for b in job.blocks() {
+                blocks[b].jobs_left += 1;
+            }
+        }
+        let jobs_total = jobs.len();
         let corpus_max = row_stats.max();
         let stats = RunStats { rounds: 1, ..RunStats::default() };
         let host = rayon::ThreadPoolBuilder::new()
@@ -257,13 +295,10 @@ impl<'a> Run<'a> {
                 }
             }
         }
-        let touched = match job {
-            Job::Diagonal(b) => vec![b],
-            Job::Pair(i, j) => vec![i, j],
-        };
-        for b in touched {
+        for b in job.blocks() {
             self.blocks[b].jobs_left -= 1;
-            if self.blocks[b].jobs_left == 0 {
+            // A rank of a cluster holds only its share of the lists until they are exchanged.
+            if self.blocks[b].jobs_left == 0 && self.task.cluster.is_none() {
                 self.first_round_done(b)?;
             }
         }
@@ -275,17 +310,105 @@ impl<'a> Run<'a> {
     }
 
     fn first_round_done(&mut self, b: usize) -> Result<()> {
+        let rows = self.task.plan.range(b).len();
+        let lists = self.take_lists(b)?.unwrap_or_else(|| RowLists::new(rows, self.kc));
+        self.finish_first_round(b, lists);
+        Ok(())
+    }
+
+    /// The lists of block of rows `b` merged so far, in memory and spilled; `None` where no
+    /// job has brought any.
+    fn take_lists(&mut self, b: usize) -> Result<Option<RowLists>> {
+        let rows = self.task.plan.range(b).len();
+        let mut lists = self.blocks[b].lists.take();
+        if let Some(spill) = &mut self.spill {
+            let kc = self.kc;
+            spill.take(b, |part| {
+                let lists = lists.get_or_insert_with(|| RowLists::new(rows, kc));
+                self.host.install(|| lists.merge(&part))
+            })?;
+        }
+        Ok(lists)
+    }
+
+    /// Re-ranks the rows of block `b` from their complete first-round lists, and queues the
+    /// unproven ones for a later round.
+    fn finish_first_round(&mut self, b: usize, lists: RowLists) {
         let range = self.task.plan.range(b);
         let k = self.task.k;
-        let mut lists = self.blocks[b].lists.take().unwrap_or_else(|| RowLists::new(range.len(), self.kc));
-        if let Some(spill) = &mut self.spill {
-            spill.take(b, |part| self.host.install(|| lists.merge(&part)))?;
-        }
         let mut answers = (vec![0u32; range.len() * k], vec![0f32; range.len() * k]);
         let rows: Vec<usize> = range.clone().collect();
         let pending = self.finish_rows(&rows, &lists.into_candidates(), range.start, &mut answers);
         self.blocks[b].answers = Some(answers);
         self.next_round(b, pending, self.kc, 1);
+    }
+
+    /// Sends this rank's lists of every block of rows to the block's owner, and merges what
+    /// the other ranks send for the blocks it owns, then finishes those. Blocks go in order,
+    /// and a rank sends only to the owner of the block at hand, so that no two ranks wait for
+    /// each other.
+    fn exchange_lists(&mut self, c: &dyn Cluster) -> Result<()> {
+        let (rank, ranks) = (c.rank(), c.size());
+        for b in 0..self.task.plan.count {
+            let owner = cluster::owner(b, ranks);
+            let lists = self.take_lists(b)?;
+            if owner != rank {
+                let mut bytes = Vec::new();
+                if let Some(lists) = lists {
+                    lists.into_part().encode(&mut bytes);
+                }
+                c.send(owner, &bytes)?;
+                continue;
+            }
+            let rows = self.task.plan.range(b).len();
+            let mut lists = lists.unwrap_or_else(|| RowLists::new(rows, self.kc));
+            for from in (0..ranks).filter(|&r| r != rank) {
+                let bytes = c.receive(from)?;
+                if bytes.is_empty() {
+                    continue;
+                }
+                let part = decode_lists(&bytes, self.kc, rows)
+                    .map_err(|why| Error::Cluster(format!("lists of block {b} from rank {from}: {why}")))?;
+                self.host.install(|| lists.merge(&part));
+            }
+            self.finish_first_round(b, lists);
+        }
+        Ok(())
+    }
+
+    /// Hands every block of rows to `sink` on rank 0, in order: rank 0's own, and those that
+    /// their owners send it.
+    fn gather_rows(&mut self, c: &dyn Cluster, sink: &mut RowSink<'_>) -> Result<()> {
+        let (rank, ranks, k) = (c.rank(), c.size(), self.task.k);
+        for b in 0..self.task.plan.count {
+            let owner = cluster::owner(b, ranks);
+            let range = self.task.plan.range(b);
+            if owner == rank {
+                let (mut indices, mut distances) = self.blocks[b].answers.take().expect("an owned block is finished");
+                if rank == 0 {
+                    sink(range.start, &mut indices, &mut distances)?;
+                } else {
+                    let mut bytes = Vec::with_capacity(indices.len() * 8);
+                    bytes.extend_from_slice(bytemuck::cast_slice(&indices));
+                    bytes.extend_from_slice(bytemuck::cast_slice(&distances));
+                    c.send(0, &bytes)?;
+                }
+            } else if rank == 0 {
+                let bytes = c.receive(owner)?;
+                let values = range.len() * k;
+                if bytes.len() != values * 8 {
+                    return Err(Error::Cluster(format!(
+                        "rows of block {b} from rank {owner}: {} bytes where {} were due",
+                        bytes.len(),
+                        values * 8
+                    )));
+                }
+                let mut indices: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes[..values * 4]);
+                let mut distances: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes[values * 4..]);
+                sink(range.start, &mut indices, &mut distances)?;
+            }
+            self.next_to_emit += 1;
+        }
         Ok(())
     }
 
@@ -416,6 +539,21 @@ impl<'a> Run<'a> {
             p((n * 9 * self.jobs_done as u64) / (10 * self.jobs_total.max(1) as u64), n);
         }
     }
+}
+
+/// Lists of a whole block of `rows` rows that [`Part::encode`] wrote into `bytes`.
+fn decode_lists(bytes: &[u8], kc: usize, rows: usize) -> std::result::Result<Part, String> {
+    let mut at = 0;
+    let mut take = |len: usize| {
+        let piece = bytes.get(at..at + len).ok_or("the message ends early")?;
+        at += len;
+        Ok(piece)
+    };
+    let part = Part::decode(kc, &mut take)?;
+    if part.first != 0 || part.rows != rows || at != bytes.len() {
+        return Err(format!("lists of rows {}..{} in {} bytes", part.first, part.first + part.rows, bytes.len()));
+    }
+    Ok(part)
 }
 
 /// What the exact finish made of one row's candidates.
