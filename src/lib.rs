@@ -57,9 +57,9 @@ mod search;
 mod strategy;
 mod trace;
 
-pub use cluster::Cluster;
 #[cfg(feature = "mpi")]
-pub use cluster::{launched_by_mpi, Mpi};
+pub use cluster::Mpi;
+pub use cluster::{launched_ranks, Cluster};
 pub use data::{FinishedRows, Matrix, MatrixRef, Neighbors};
 pub use error::{Error, Result};
 pub use gpu::{adapters, missing_gpu_hint, AdapterReport, GpuTimes};

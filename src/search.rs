@@ -132,7 +132,7 @@ pub struct Options {
     /// (default: as many as [`Options::max_host_memory`] allows); the lists of later blocks
     /// are spilled to [`Options::scratch`] until their rows are finished.
     pub lists_in_memory: Option<usize>,
-    /// The processes of a job that build each graph together ([`Cluster`]; [`Mpi`](crate::Mpi)
+    /// The processes of a job that build each graph together ([`Cluster`]; `Mpi`
     /// with the `mpi` feature), where there are several. Every rank calls the same method
     /// with the same data and arguments; the graph is then always partitioned, each rank
     /// computing its share of the blocks on its own devices ([`Options::devices`]), and rank 0

@@ -58,16 +58,7 @@ fn output_bytes(out: &Path) -> (Vec<u8>, Vec<u8>) {
 
 fn neighbors_of(out: &Path, rows: usize, k: usize) -> Neighbors {
     let (ids, dists) = output_bytes(out);
-    let words = |bytes: &[u8]| -> Vec<[u8; 4]> {
-        bytes
-            .chunks_exact(4 * (k + 1))
-            .flat_map(|row| row[4..].chunks_exact(4).map(|w| w.try_into().unwrap()))
-            .collect()
-    };
-    let indices: Vec<u32> = words(&ids).into_iter().map(u32::from_le_bytes).collect();
-    let distances: Vec<f32> = words(&dists).into_iter().map(f32::from_le_bytes).collect();
-    assert_eq!(indices.len(), rows * k);
-    Neighbors { indices, distances, queries: rows, k }
+    common::neighbors_from_vecs(&ids, &dists, rows, k)
 }
 
 fn block_files(dir: &Path) -> usize {

@@ -7,7 +7,7 @@
 mod mpi;
 
 #[cfg(feature = "mpi")]
-pub use self::mpi::{launched_by_mpi, Mpi};
+pub use self::mpi::Mpi;
 
 use crate::error::Result;
 
@@ -22,7 +22,7 @@ use crate::error::Result;
 ///
 /// Messages between two ranks arrive in the order they were sent. A rank whose call fails
 /// leaves the others waiting for its messages: the job must then end every rank, as
-/// [`Mpi::abort`] does.
+/// `Mpi::abort` (the `mpi` feature) does.
 pub trait Cluster: Send + Sync {
     /// This process's rank, from 0.
     fn rank(&self) -> usize;
@@ -32,6 +32,17 @@ pub trait Cluster: Send + Sync {
     fn send(&self, to: usize, bytes: &[u8]) -> Result<()>;
     /// The next message from rank `from`, waiting for it.
     fn receive(&self, from: usize) -> Result<Vec<u8>>;
+}
+
+/// How many processes the MPI launcher that started this one (Open MPI's `mpirun`, MPICH's
+/// Hydra, `srun` with PMI-2 or PMIx) started in all, read from the environment before MPI
+/// starts; `None` where no launcher did. Works without the `mpi` feature, so that a build
+/// without it can refuse to run as many copies of one job.
+pub fn launched_ranks() -> Option<usize> {
+    let number = |v: &str| std::env::var(v).ok().and_then(|s| s.trim().parse().ok());
+    number("OMPI_COMM_WORLD_SIZE")
+        .or_else(|| number("PMI_SIZE"))
+        .or_else(|| std::env::var_os("PMIX_RANK").and_then(|_| number("SLURM_NTASKS").or(Some(1))))
 }
 
 /// The rank that owns block of rows `b`: it merges the block's lists and finishes its rows.

@@ -14,12 +14,6 @@ use crate::error::{Error, Result};
 /// Bytes a single MPI message carries: counts are C ints, so larger messages go in pieces.
 const PIECE: usize = 1 << 30;
 
-/// Whether this process was started by an MPI launcher (Open MPI's `mpirun`, `srun` with
-/// PMIx or PMI-2, MPICH's Hydra), read from the environment before MPI starts.
-pub fn launched_by_mpi() -> bool {
-    ["OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"].iter().any(|v| std::env::var_os(v).is_some())
-}
-
 /// The ranks of an MPI job (`MPI_COMM_WORLD`). MPI is finalised when it is dropped.
 ///
 /// Every call into MPI goes through one lock (MPI is initialised for serialised calls), so

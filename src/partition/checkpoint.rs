@@ -233,8 +233,22 @@ fn block_files(dir: &Path) -> Result<impl Iterator<Item = PathBuf>> {
 }
 
 /// Removes the checkpoint in `dir` of a finished graph ([`Options::checkpoint`](crate::Options::checkpoint)):
-/// its manifest and block files, and the directory when nothing else is left in it.
+/// its manifest and block files, those of the ranks of a cluster in their directories
+/// (`rank-R-of-N`), and the directories when nothing else is left in them.
 pub fn remove(dir: &Path) -> Result<()> {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if entry.path().is_dir() && name.starts_with("rank-") && name.contains("-of-") {
+                remove_one(&entry.path())?;
+            }
+        }
+    }
+    remove_one(dir)
+}
+
+fn remove_one(dir: &Path) -> Result<()> {
     for path in block_files(dir)?.chain([dir.join(MANIFEST)]) {
         match fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&path, e)),

@@ -613,3 +613,18 @@ pub fn sparse_cases() -> Vec<Case> {
         },
     ]
 }
+
+/// The graph in an `.ivecs` of indices and an `.fvecs` of distances (`rows` rows of `k`).
+#[allow(dead_code)]
+pub fn neighbors_from_vecs(ids: &[u8], dists: &[u8], rows: usize, k: usize) -> Neighbors {
+    let words = |bytes: &[u8]| -> Vec<[u8; 4]> {
+        bytes
+            .chunks_exact(4 * (k + 1))
+            .flat_map(|row| row[4..].chunks_exact(4).map(|w| w.try_into().unwrap()))
+            .collect()
+    };
+    let indices: Vec<u32> = words(ids).into_iter().map(u32::from_le_bytes).collect();
+    let distances: Vec<f32> = words(dists).into_iter().map(f32::from_le_bytes).collect();
+    assert_eq!(indices.len(), rows * k);
+    Neighbors { indices, distances, queries: rows, k }
+}

@@ -1,5 +1,6 @@
 //! `graph`, `search` and `info`.
 
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,6 +9,7 @@ use knng::io::{self, MatrixFile};
 use knng::{Error, Knn, Matrix, MatrixRef, Options};
 
 use crate::progress::Bar;
+use crate::ranks::Ranks;
 use crate::{say, EngineArgs, Failure, GraphArgs, Outcome, SearchArgs};
 
 impl EngineArgs {
@@ -66,6 +68,7 @@ impl EngineArgs {
             checkpoint: places.checkpoint.map(Path::to_path_buf),
             scratch: places.scratch.map(Path::to_path_buf),
             notice: Some(notice),
+            cluster: self.cluster.clone(),
             ..Options::default()
         };
         Ok(Knn::new(options)?)
@@ -251,7 +254,7 @@ fn finish(engine: &EngineArgs, knn: &Knn, summary: String, rows: usize, elapsed:
     ));
 }
 
-pub fn graph(a: GraphArgs) -> Outcome {
+pub fn graph(a: GraphArgs, ranks: &Ranks) -> Outcome {
     let out = &a.problem.output;
     io::check_output_path(out)?;
     let k = a.problem.k as usize;
@@ -272,6 +275,9 @@ pub fn graph(a: GraphArgs) -> Outcome {
     // A graph too large for memory is partitioned, its lists spilled and its rows written as
     // they are finished: only the input must fit, and what it leaves is the run's.
     let mut engine = a.engine.clone();
+    // Ranks of a job other than 0 report nothing and write nothing: rank 0 receives every row.
+    engine.quiet |= !ranks.leads();
+    engine.cluster = ranks.cluster();
     engine.check_input_memory(&a.input, input_bytes(&file))?;
     let data = read(&file, &a.input, &engine)?;
     let bar = Bar::new(engine.quiet, "graph");
@@ -281,13 +287,23 @@ pub fn graph(a: GraphArgs) -> Outcome {
     let knn = engine.open_with(a.include_self, false, places, &bar)?;
     engine.explain_backend(&knn);
     engine.status(format!("backend {}", knn.description()));
+    if let Some(c) = &engine.cluster {
+        engine.status(format!("shared by {} ranks of an MPI job", c.size()));
+    }
     let start = Instant::now();
-    let mut writer = io::NeighborWriter::create(out, n, k, n)?;
-    knn.graph_streamed(data.view(), k, metric, &mut |rows| writer.write_rows(rows.indices, rows.distances))
-        .map_err(|e| in_file(e, &[("data", &a.input)]))?;
+    let mut writer = if ranks.leads() { Some(io::NeighborWriter::create(out, n, k, n)?) } else { None };
+    knn.graph_streamed(data.view(), k, metric, &mut |rows| match writer.as_mut() {
+        Some(writer) => writer.write_rows(rows.indices, rows.distances),
+        None => Ok(()),
+    })
+    .map_err(|e| in_file(e, &[("data", &a.input)]))?;
     let elapsed = start.elapsed().as_secs_f64();
     drop(bar);
+    let Some(writer) = writer else {
+        return Ok(());
+    };
     writer.finish()?;
+    // Every other rank has sent its last rows: its part of the checkpoint is no longer read.
     if let Some(dir) = &a.checkpoint {
         knng::remove_checkpoint(dir)?;
     }
@@ -344,15 +360,47 @@ pub fn search(a: SearchArgs) -> Outcome {
     Ok(())
 }
 
-pub fn info() -> Outcome {
+pub fn info(ranks: &Ranks) -> Outcome {
+    if let Some(c) = ranks.cluster() {
+        // Every rank's report, printed by rank 0 in rank order.
+        let mut report = Vec::new();
+        write_info(&mut report, ranks.host_name())?;
+        if c.rank() != 0 {
+            c.send(0, &report)?;
+            return Ok(());
+        }
+        say(format!("MPI job of {} ranks", c.size()));
+        for rank in 0..c.size() {
+            let text = if rank == 0 { std::mem::take(&mut report) } else { c.receive(rank)? };
+            say(format!("== rank {rank}"));
+            std::io::stdout().write_all(&text).map_err(|e| Failure(format!("writing to stdout: {e}")))?;
+        }
+        return Ok(());
+    }
+    let mut report = Vec::new();
+    write_info(&mut report, None)?;
+    std::io::stdout().write_all(&report).map_err(|e| Failure(format!("writing to stdout: {e}")))?;
+    Ok(())
+}
+
+/// What `knng info` says of this process: its host (for a rank of a job), the adapters, and
+/// what `--backend auto` chooses.
+fn write_info(out: &mut Vec<u8>, host: Option<String>) -> Outcome {
+    let mut say = |line: String| {
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+    };
+    if let Some(host) = host {
+        say(format!("host {host}"));
+    }
     say(format!("knng {}", env!("CARGO_PKG_VERSION")));
     let adapters = knng::adapters();
     if adapters.is_empty() {
-        say("GPU adapters: none found by wgpu");
+        say("GPU adapters: none found by wgpu".into());
     } else {
         say(format!("GPU adapters ({}):", adapters.len()));
         for a in &adapters {
-            say(a);
+            say(a.to_string());
         }
     }
     let cpu = format!("the CPU backend ({} threads)", rayon::current_num_threads());

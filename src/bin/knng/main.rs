@@ -7,6 +7,7 @@
 mod commands;
 mod demo;
 mod progress;
+mod ranks;
 mod synth;
 
 use std::io::Write;
@@ -98,6 +99,9 @@ struct EngineArgs {
     /// No progress bar and no status lines.
     #[arg(long, short)]
     quiet: bool,
+    /// The ranks of the MPI job sharing a graph, where there are several.
+    #[arg(skip)]
+    cluster: Option<std::sync::Arc<dyn knng::Cluster>>,
 }
 
 /// What to compute.
@@ -317,7 +321,16 @@ fn main() -> ExitCode {
         eprintln!("error: internal error: {what}{place} (this is a bug in knng; please report it)");
     }));
     let cli = Cli::parse();
-    let outcome = std::panic::catch_unwind(move || {
+    // After the panic hook: MPI's own hook, which ends every rank, follows it.
+    let ranks = match ranks::Ranks::start() {
+        Ok(ranks) => ranks,
+        Err(Failure(message)) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(1);
+        }
+    };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let ranks = &ranks;
         let engine = match &cli.command {
             Command::Graph(a) => Some(&a.engine),
             Command::Search(a) => Some(&a.engine),
@@ -329,20 +342,22 @@ fn main() -> ExitCode {
             engine.size_thread_pool()?;
         }
         match cli.command {
-            Command::Graph(a) => commands::graph(a),
+            Command::Graph(a) => commands::graph(a, ranks),
+            Command::Info => commands::info(ranks),
+            // Only graphs are shared by the ranks of a job; the rest runs on rank 0.
+            _ if !ranks.leads() => Ok(()),
             Command::Search(a) => commands::search(a),
-            Command::Info => commands::info(),
             Command::Demo(a) => demo::demo(a),
             Command::Bench(a) => demo::bench(a),
         }
-    });
+    }));
+    // `ranks` is dropped (MPI finalised) as `main` returns.
     match outcome {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(Failure(message))) => {
             // One line, whatever a library's message looks like.
             let line: Vec<&str> = message.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-            eprintln!("error: {}", line.join(" "));
-            ExitCode::from(1)
+            ranks.fail(&line.join(" "))
         }
         // The hook has already said what happened.
         Err(_) => ExitCode::from(1),

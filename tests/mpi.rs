@@ -1,0 +1,212 @@
+//! Graphs over the ranks of an MPI job, through the command line under `mpirun` (the `mpi`
+//! feature; Open MPI's launcher must be installed): the same bytes as one process on the
+//! CPU and on the GPU, for 2, 3 and 4 ranks; a checkpointed job killed and started again
+//! resumes; a failing rank ends the job with its rank and cause and no output; `knng info`
+//! reports every rank.
+#![cfg(feature = "mpi")]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use knng::{Matrix, Metric};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+fn knng() -> &'static str {
+    env!("CARGO_BIN_EXE_knng")
+}
+
+/// `mpirun` starting `ranks` copies of `program args`: as root where the tests run as root,
+/// more ranks than cores, and every rank free to use every core (Open MPI binds each rank to
+/// one core by default).
+fn mpirun(ranks: usize, program: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("mpirun");
+    c.args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", &ranks.to_string(), program]);
+    c.args(args);
+    c
+}
+
+fn output(mut c: Command) -> Output {
+    c.output().expect("mpirun runs (install openmpi-bin)")
+}
+
+fn succeeds(c: Command, what: &str) -> String {
+    let out = output(c);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{what} failed: {stderr}");
+    stderr
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Rows of continuous random values (no two distances tie), written as `.fvecs`.
+fn write_data(path: &Path, rows: usize, dim: usize, seed: u64) -> Matrix {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let values: Vec<f32> = (0..rows * dim).map(|_| rng.random_range(-1.0..1.0f32)).collect();
+    let mut bytes = Vec::new();
+    for row in values.chunks(dim) {
+        bytes.extend_from_slice(&(dim as i32).to_le_bytes());
+        row.iter().for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
+    }
+    std::fs::write(path, bytes).unwrap();
+    Matrix::new(values, rows, dim).unwrap()
+}
+
+fn read_output(out: &Path) -> Vec<u8> {
+    let mut bytes = std::fs::read(out).unwrap();
+    bytes.extend(std::fs::read(out.with_extension("fvecs")).unwrap());
+    bytes
+}
+
+/// The graph of `input` by one process and by jobs of each of `ranks`: every job writes the
+/// bytes one process writes, which are exact.
+fn same_bytes_as_one_process(data: &Matrix, input: &Path, dir: &Path, args: &[&str], ranks: &[usize], k: usize) {
+    let graph = |out: &Path| -> Vec<String> {
+        let mut a: Vec<String> = ["graph", s(input), "-k", &k.to_string(), "-o", s(out)].map(String::from).into();
+        a.extend(args.iter().map(|a| a.to_string()));
+        a
+    };
+    let single = dir.join("single.ivecs");
+    let a = graph(&single);
+    let mut one = Command::new(knng());
+    one.args(&a);
+    succeeds(one, "one process");
+    let want = read_output(&single);
+    let (ids, dists) = want.split_at(std::fs::metadata(&single).unwrap().len() as usize);
+    let neighbors = common::neighbors_from_vecs(ids, dists, data.rows(), k);
+    common::check("one process", data, data, k, Metric::Euclidean, true, &neighbors);
+    for &r in ranks {
+        let out = dir.join(format!("ranks-{r}.ivecs"));
+        let a = graph(&out);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let message = succeeds(mpirun(r, knng(), &a), &format!("{r} ranks"));
+        assert!(message.contains(&format!("shared by {r} ranks")), "{r} ranks: {message}");
+        assert_eq!(read_output(&out), want, "{r} ranks {args:?}: the output differs from one process's");
+    }
+}
+
+#[test]
+fn cpu_jobs_write_what_one_process_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("data.fvecs");
+    let data = write_data(&input, 2000, 12, 1);
+    same_bytes_as_one_process(&data, &input, dir.path(), &["--backend", "cpu"], &[2, 3, 4], 10);
+    // Small blocks: many jobs a rank, later rounds, and lists spilled on every rank.
+    let small = ["--backend", "cpu", "--block-rows", "150", "--max-memory", "24MiB"];
+    same_bytes_as_one_process(&data, &input, dir.path(), &small, &[3], 40);
+}
+
+#[test]
+fn gpu_jobs_write_what_one_process_writes() {
+    let adapter = std::env::var("KNNG_TEST_ADAPTER").unwrap_or_else(|_| "0".into());
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("data.fvecs");
+    let data = write_data(&input, 1200, 16, 2);
+    same_bytes_as_one_process(&data, &input, dir.path(), &["--backend", "gpu", "--adapter", &adapter], &[2, 3], 8);
+}
+
+/// Block files of every rank's part of a checkpoint.
+fn block_files(dir: &Path) -> usize {
+    let Ok(ranks) = std::fs::read_dir(dir) else { return 0 };
+    ranks
+        .filter_map(|r| std::fs::read_dir(r.ok()?.path()).ok())
+        .flatten()
+        .filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".bin")))
+        .count()
+}
+
+/// A checkpointed job stopped (SIGTERM to mpirun, as a scheduler's time limit sends) once
+/// its ranks finished some blocks, then started again, resumes and writes what one process
+/// writes; the checkpoint is gone afterwards.
+#[test]
+fn a_stopped_job_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("data.fvecs");
+    write_data(&input, 8000, 32, 3);
+    let checkpoint = dir.path().join("checkpoint");
+    let (single, out) = (dir.path().join("single.ivecs"), dir.path().join("job.ivecs"));
+    let args = |out: &Path| -> Vec<String> {
+        ["graph", s(&input), "-k", "10", "--block-rows", "200", "--backend", "cpu", "-o", s(out)]
+            .map(String::from)
+            .into()
+    };
+    let mut one = Command::new(knng());
+    one.args(args(&single));
+    succeeds(one, "one process");
+    let mut a = args(&out);
+    a.extend(["--checkpoint".into(), s(&checkpoint).into()]);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let mut job = mpirun(3, knng(), &a).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let stopped = loop {
+        if job.try_wait().unwrap().is_some() {
+            break false;
+        }
+        if block_files(&checkpoint) >= 20 {
+            let _ = Command::new("kill").args(["-TERM", &job.id().to_string()]).status();
+            job.wait().unwrap();
+            break true;
+        }
+        assert!(Instant::now() < deadline, "the job neither finished nor wrote 20 blocks");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert!(stopped, "the job finished before it could be stopped: use more blocks");
+    assert!(!out.exists(), "a stopped job left an output");
+    let message = succeeds(mpirun(3, knng(), &a), "the resumed job");
+    assert!(message.contains("resuming: "), "{message}");
+    assert_eq!(read_output(&out), read_output(&single), "the resumed output differs");
+    assert!(!checkpoint.exists(), "the checkpoint was left after the output was written");
+}
+
+/// A rank that fails (rank 1 reads another file) ends every rank: mpirun exits non-zero, the
+/// message names the rank and the cause, and no output is left.
+#[test]
+fn a_failing_rank_ends_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("data.fvecs");
+    write_data(&input, 500, 8, 4);
+    let narrow = dir.path().join("narrow.fvecs");
+    write_data(&narrow, 500, 5, 4);
+    let script = dir.path().join("rank1-reads-another.sh");
+    std::fs::write(&script, "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$@\" \"$OTHER\"; else exec \"$@\" \"$INPUT\"; fi\n").unwrap();
+    let out = dir.path().join("out.npz");
+    for (other, cause) in [(dir.path().join("missing.fvecs"), "missing.fvecs"), (narrow, "same input")] {
+        // Both files reach the ranks through the environment (`-x`).
+        let mut c = Command::new("mpirun");
+        c.args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "-x",
+            "INPUT",
+            "-x",
+            "OTHER",
+            "-np",
+            "3",
+        ]);
+        c.args(["sh", s(&script), knng(), "graph", "-k", "5", "--backend", "cpu", "-o", s(&out)]);
+        c.env("INPUT", &input).env("OTHER", &other);
+        let result = output(c);
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(!result.status.success(), "the job succeeded: {stderr}");
+        assert!(stderr.contains("error: rank 1 of 3: ") && stderr.contains(cause), "{stderr}");
+        assert!(!out.exists(), "a failed job left an output");
+    }
+}
+
+#[test]
+fn info_reports_every_rank() {
+    let out = output(mpirun(2, knng(), &["info"]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("MPI job of 2 ranks"), "{stdout}");
+    for rank in 0..2 {
+        let at = stdout.find(&format!("== rank {rank}\nhost ")).unwrap_or_else(|| panic!("rank {rank}: {stdout}"));
+        assert!(stdout[at..].contains("--backend auto uses"), "{stdout}");
+    }
+}
