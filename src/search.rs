@@ -138,8 +138,9 @@ pub struct Options {
     /// computing its share of the blocks on its own devices ([`Options::devices`]), and rank 0
     /// alone receives the rows: on the other ranks [`Knn::graph`] returns an answer of no rows
     /// and [`Knn::graph_streamed`] hands over nothing. A checkpoint keeps each rank's blocks
-    /// in a directory of its own inside [`Options::checkpoint`]. Searches are not shared:
-    /// each rank computes the whole answer.
+    /// in a directory of its own inside [`Options::checkpoint`]. A search is shared by
+    /// rows of queries: each rank answers an equal run of them, and rank 0 receives every
+    /// row.
     pub cluster: Option<Arc<dyn Cluster>>,
     /// Depth of the distance kernel's workgroup tiles: 4, 8, 16 (default) or 32. For tuning.
     ///
@@ -257,6 +258,9 @@ pub struct RunStats {
     pub blocks_resumed: usize,
     /// Bytes of candidate lists a partitioned graph spilled to its scratch directory.
     pub bytes_spilled: u64,
+    /// Bytes of candidate lists and finished rows this rank of a cluster sent to the others
+    /// ([`Options::cluster`]).
+    pub bytes_sent: u64,
     /// Rows whose answers left host memory for a scratch file as soon as the device ranked
     /// them ([`Options::answers_on_disk`]).
     pub rows_ranked_to_disk: usize,
@@ -398,8 +402,58 @@ impl Knn {
         }
         check_k(k, corpus.rows(), "the number of corpus rows")?;
         check_rows("corpus", corpus.rows())?;
+        if let Some(c) = self.cluster() {
+            return self.search_shared(c, corpus, queries, shift, k, metric);
+        }
         let exclude = vec![NONE; queries.rows()];
         self.run(&Task { corpus, queries, shift, exclude, k, metric, answers, on_disk: None })
+    }
+
+    /// [`Knn::search`] over the ranks of a cluster: rank r answers the r-th of R equal runs of
+    /// query rows against the whole corpus, and rank 0 receives the others' answers in order.
+    /// The other ranks return an answer of no rows.
+    fn search_shared(
+        &self,
+        c: &dyn Cluster,
+        corpus: MatrixRef<'_>,
+        queries: MatrixRef<'_>,
+        shift: Vec<f32>,
+        k: usize,
+        metric: Metric,
+    ) -> Result<Neighbors> {
+        let (nq, ranks) = (queries.rows(), c.size());
+        let share = |r: usize| (r * nq.div_ceil(ranks)).min(nq)..((r + 1) * nq.div_ceil(ranks)).min(nq);
+        let mine = share(c.rank());
+        let answer = if mine.is_empty() {
+            Neighbors { k, ..Neighbors::default() }
+        } else {
+            let queries = queries.slice_rows(mine.clone());
+            let exclude = vec![NONE; queries.rows()];
+            let answers = AnswerMemory::default();
+            self.run(&Task { corpus, queries, shift, exclude, k, metric, answers, on_disk: None })?
+        };
+        if c.rank() != 0 {
+            let mut bytes = Vec::with_capacity(answer.indices.len() * 8);
+            bytes.extend_from_slice(bytemuck::cast_slice(&answer.indices));
+            bytes.extend_from_slice(bytemuck::cast_slice(&answer.distances));
+            c.send(0, &bytes)?;
+            return Ok(Neighbors { k, ..Neighbors::default() });
+        }
+        let Neighbors { mut indices, mut distances, .. } = answer;
+        for r in 1..ranks {
+            let bytes = c.receive(r)?;
+            let values = share(r).len() * k;
+            if bytes.len() != values * 8 {
+                return Err(Error::Cluster(format!(
+                    "answers of rank {r}: {} bytes where {} were due",
+                    bytes.len(),
+                    values * 8
+                )));
+            }
+            indices.extend(bytemuck::pod_collect_to_vec::<u8, u32>(&bytes[..values * 4]));
+            distances.extend(bytemuck::pod_collect_to_vec::<u8, f32>(&bytes[values * 4..]));
+        }
+        Ok(Neighbors { indices, distances, queries: nq, k })
     }
 
     /// The exact kNN graph of `data`: for every row its `k` nearest other rows (itself

@@ -1,4 +1,4 @@
-//! Graphs shared by the ranks of a cluster, each rank a thread of this process and the
+//! Graphs and searches shared by the ranks of a cluster, each rank a thread of this process and the
 //! messages between them channels: rank 0's answer is exact and the same as one process's,
 //! the other ranks receive no rows, every rank computes its share of the blocks, and a rank
 //! that fails ends the others' calls with an error rather than a hang. The MPI form of the
@@ -131,6 +131,10 @@ fn check_shared(size: usize, options: &Options, single: &Knn) -> Vec<Vec<RunStat
             }
             stats.push(run);
         }
+        // A rank that computed blocks sent lists to their owners or finished rows to rank 0.
+        for (rank, run) in stats.iter().enumerate().skip(1) {
+            assert!(run.blocks == 0 || run.bytes_sent > 0, "{label}: rank {rank} sent nothing: {run:?}");
+        }
         // The P (P + 1) / 2 jobs of P blocks, dealt in turn.
         let jobs: usize = stats.iter().map(|s| s.blocks).sum();
         let p = (0..=jobs).find(|p| p * (p + 1) / 2 >= jobs).unwrap();
@@ -174,6 +178,29 @@ fn cpu_ranks_share_graphs() {
         Options { backend: Backend::Cpu, block_rows: Some(23), lists_in_memory: Some(1), ..Options::default() };
     let runs = check_shared(2, &options, &single);
     assert!(runs.iter().flatten().any(|s| s.bytes_spilled > 0), "no rank spilled lists");
+}
+
+/// A search over 3 ranks: rank 0 receives every query's answer, exact and the same as one
+/// process's; the others receive none.
+#[test]
+fn cpu_ranks_share_searches() {
+    let single = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
+    let options = Options { backend: Backend::Cpu, ..Options::default() };
+    for case in cases().into_iter().filter(|c| c.queries.is_some()) {
+        let queries = case.queries.as_ref().unwrap();
+        let label = format!("[3 ranks] {}", case.name);
+        let runs = on_ranks(3, &options, |knn, _| knn.search(case.corpus.view(), queries.view(), case.k, case.metric));
+        let whole = single.search(case.corpus.view(), queries.view(), case.k, case.metric).unwrap();
+        for (rank, (answer, _)) in runs.into_iter().enumerate() {
+            let answer = answer.unwrap_or_else(|e| panic!("{label}: rank {rank}: {e}"));
+            if rank == 0 {
+                check(&label, &case.corpus, queries, case.k, case.metric, false, &answer);
+                same_graph(&label, &answer, &whole);
+            } else {
+                assert_eq!(answer.queries, 0, "{label}: rank {rank} received rows");
+            }
+        }
+    }
 }
 
 /// Two ranks on the GPU, with subgroups where the adapter has them and without.

@@ -1,4 +1,4 @@
-//! Graphs over the ranks of an MPI job, through the command line under `mpirun` (the `mpi`
+//! Graphs and searches over the ranks of an MPI job, through the command line under `mpirun` (the `mpi`
 //! feature; Open MPI's launcher must be installed): the same bytes as one process on the
 //! CPU and on the GPU, for 2, 3 and 4 ranks; a checkpointed job killed and started again
 //! resumes; a failing rank ends the job with its rank and cause and no output; `knng info`
@@ -107,6 +107,40 @@ fn gpu_jobs_write_what_one_process_writes() {
     let input = dir.path().join("data.fvecs");
     let data = write_data(&input, 1200, 16, 2);
     same_bytes_as_one_process(&data, &input, dir.path(), &["--backend", "gpu", "--adapter", &adapter], &[2, 3], 8);
+}
+
+/// A search over 3 ranks (each answers a third of the queries) writes what one process writes.
+#[test]
+fn searches_are_shared_by_rows_of_queries() {
+    let dir = tempfile::tempdir().unwrap();
+    let (corpus, queries) = (dir.path().join("corpus.fvecs"), dir.path().join("queries.fvecs"));
+    let (base, asked) = (write_data(&corpus, 1500, 10, 5), write_data(&queries, 301, 10, 6));
+    let search = |out: &Path| -> Vec<String> {
+        ["search", s(&corpus), "--queries", s(&queries), "-k", "7", "--backend", "cpu", "-o", s(out)]
+            .map(String::from)
+            .into()
+    };
+    let single = dir.path().join("single.ivecs");
+    let mut one = Command::new(knng());
+    one.args(search(&single));
+    succeeds(one, "one process");
+    let want = read_output(&single);
+    let (ids, dists) = want.split_at(std::fs::metadata(&single).unwrap().len() as usize);
+    common::check(
+        "one process",
+        &base,
+        &asked,
+        7,
+        Metric::Euclidean,
+        false,
+        &common::neighbors_from_vecs(ids, dists, 301, 7),
+    );
+    let out = dir.path().join("ranks.ivecs");
+    let a = search(&out);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let message = succeeds(mpirun(3, knng(), &a), "3 ranks");
+    assert!(message.contains("queries shared by 3 ranks"), "{message}");
+    assert_eq!(read_output(&out), want, "3 ranks: the search's output differs from one process's");
 }
 
 /// Block files of every rank's part of a checkpoint.

@@ -22,6 +22,8 @@ pub struct Mpi {
     world: Mutex<SimpleCommunicator>,
     rank: usize,
     size: usize,
+    /// This rank among those of its host (`MPI_COMM_TYPE_SHARED`), and how many they are.
+    local: (usize, usize),
     // Dropped last: finalises MPI.
     _universe: Universe,
 }
@@ -45,18 +47,27 @@ impl Mpi {
         }
         let world = universe.world();
         let (rank, size) = (world.rank() as usize, world.size() as usize);
+        let host = world.split_shared(rank as i32);
+        let local = (host.rank() as usize, host.size() as usize);
+        drop(host);
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             previous(info);
             eprintln!("knng: rank {rank} of {size} panicked; ending the job");
             SimpleCommunicator::world().abort(101);
         }));
-        Ok(Mpi { world: Mutex::new(world), rank, size, _universe: universe })
+        Ok(Mpi { world: Mutex::new(world), rank, size, local, _universe: universe })
     }
 
     /// Ends every rank of the job with exit status `code` (`MPI_Abort`).
     pub fn abort(&self, code: i32) -> ! {
         self.world.lock().unwrap_or_else(|e| e.into_inner()).abort(code)
+    }
+
+    /// This rank's place among the ranks that share its host: its number there, from 0, and
+    /// how many they are.
+    pub fn on_host(&self) -> (usize, usize) {
+        self.local
     }
 
     /// The name of this rank's host.

@@ -168,6 +168,7 @@ pub(crate) fn graph(
     stats.rows_reranked_on_gpu = counted.rows_reranked_on_gpu;
     stats.refine_seconds = counted.refine_seconds;
     stats.bytes_spilled = run.spill.as_ref().map_or(0, |s| s.written);
+    stats.bytes_sent = run.stats.bytes_sent;
     stats.candidate_seconds = started.elapsed().as_secs_f64() - stats.prepare_seconds - stats.refine_seconds;
     Ok(())
 }
@@ -358,6 +359,7 @@ impl<'a> Run<'a> {
                     lists.into_part().encode(&mut bytes);
                 }
                 c.send(owner, &bytes)?;
+                self.stats.bytes_sent += bytes.len() as u64;
                 continue;
             }
             let rows = self.task.plan.range(b).len();
@@ -392,6 +394,7 @@ impl<'a> Run<'a> {
                     bytes.extend_from_slice(bytemuck::cast_slice(&indices));
                     bytes.extend_from_slice(bytemuck::cast_slice(&distances));
                     c.send(0, &bytes)?;
+                    self.stats.bytes_sent += bytes.len() as u64;
                 }
             } else if rank == 0 {
                 let bytes = c.receive(owner)?;

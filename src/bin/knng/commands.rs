@@ -80,6 +80,19 @@ impl EngineArgs {
         }
     }
 
+    /// These arguments for this rank of an MPI job: the job's ranks share the work, the
+    /// rank's default devices are its share of the host's GPUs, and ranks other than 0 report
+    /// nothing (rank 0 receives every row and writes the output).
+    fn for_rank(&self, ranks: &Ranks) -> EngineArgs {
+        let mut engine = self.clone();
+        engine.quiet |= !ranks.leads();
+        engine.cluster = ranks.cluster();
+        if engine.devices.is_empty() && engine.backend != knng::Backend::Cpu {
+            engine.devices = ranks.default_devices(engine.adapter.as_deref());
+        }
+        engine
+    }
+
     /// Says why `--backend auto` runs on the CPU of a machine that shows a GPU.
     pub fn explain_backend(&self, knn: &Knn) {
         if self.backend == knng::Backend::Auto && !knn.is_gpu() {
@@ -243,6 +256,9 @@ fn finish(engine: &EngineArgs, knn: &Knn, summary: String, rows: usize, elapsed:
     if stats.bytes_spilled > 0 {
         widened += &format!(", {} of lists spilled to disk", in_mib(stats.bytes_spilled));
     }
+    if stats.bytes_sent > 0 {
+        widened += &format!(", {} sent to other ranks", in_mib(stats.bytes_sent));
+    }
     if stats.rows_ranked_to_disk > 0 {
         widened += ", answers held on disk until written";
     }
@@ -274,10 +290,7 @@ pub fn graph(a: GraphArgs, ranks: &Ranks) -> Outcome {
     io::check_output_space(out, n, k)?;
     // A graph too large for memory is partitioned, its lists spilled and its rows written as
     // they are finished: only the input must fit, and what it leaves is the run's.
-    let mut engine = a.engine.clone();
-    // Ranks of a job other than 0 report nothing and write nothing: rank 0 receives every row.
-    engine.quiet |= !ranks.leads();
-    engine.cluster = ranks.cluster();
+    let mut engine = a.engine.for_rank(ranks);
     engine.check_input_memory(&a.input, input_bytes(&file))?;
     let data = read(&file, &a.input, &engine)?;
     let bar = Bar::new(engine.quiet, "graph");
@@ -311,7 +324,7 @@ pub fn graph(a: GraphArgs, ranks: &Ranks) -> Outcome {
     Ok(())
 }
 
-pub fn search(a: SearchArgs) -> Outcome {
+pub fn search(a: SearchArgs, ranks: &Ranks) -> Outcome {
     let out = &a.problem.output;
     io::check_output_path(out)?;
     let k = a.problem.k as usize;
@@ -334,23 +347,30 @@ pub fn search(a: SearchArgs) -> Outcome {
     }
     io::check_output_space(out, query_file.rows(), k)?;
     let inputs = input_bytes(&corpus_file).saturating_add(input_bytes(&query_file));
-    a.engine.check_memory(n, query_file.rows(), corpus_file.cols(), k, inputs)?;
-    let corpus = read(&corpus_file, &a.corpus, &a.engine)?;
-    let queries = read(&query_file, &a.queries, &a.engine)?;
-    let bar = Bar::new(a.engine.quiet, "search");
-    let knn = a.engine.open(false, &bar)?;
-    a.engine.explain_backend(&knn);
-    a.engine.status(format!("backend {}", knn.description()));
+    let engine = a.engine.for_rank(ranks);
+    engine.check_memory(n, query_file.rows(), corpus_file.cols(), k, inputs)?;
+    let corpus = read(&corpus_file, &a.corpus, &engine)?;
+    let queries = read(&query_file, &a.queries, &engine)?;
+    let bar = Bar::new(engine.quiet, "search");
+    let knn = engine.open(false, &bar)?;
+    engine.explain_backend(&knn);
+    engine.status(format!("backend {}", knn.description()));
+    if let Some(c) = &engine.cluster {
+        engine.status(format!("queries shared by {} ranks of an MPI job", c.size()));
+    }
     let start = Instant::now();
     let nb = knn
         .search(corpus.view(), queries.view(), k, metric)
         .map_err(|e| in_file(e, &[("corpus", &a.corpus), ("queries", &a.queries)]))?;
     let elapsed = start.elapsed().as_secs_f64();
     drop(bar);
+    if !ranks.leads() {
+        return Ok(());
+    }
     io::write_neighbors(out, &nb, n)?;
     let nq = queries.view().rows();
     finish(
-        &a.engine,
+        &engine,
         &knn,
         format!("search: {nq} quer{} in {n} row{}, k = {k}, {metric}", if nq == 1 { "y" } else { "ies" }, plural(n)),
         nq,

@@ -343,10 +343,10 @@ fn main() -> ExitCode {
         }
         match cli.command {
             Command::Graph(a) => commands::graph(a, ranks),
+            Command::Search(a) => commands::search(a, ranks),
             Command::Info => commands::info(ranks),
-            // Only graphs are shared by the ranks of a job; the rest runs on rank 0.
+            // Demos and benchmarks run on rank 0 of a job alone.
             _ if !ranks.leads() => Ok(()),
-            Command::Search(a) => commands::search(a),
             Command::Demo(a) => demo::demo(a),
             Command::Bench(a) => demo::bench(a),
         }

@@ -74,6 +74,27 @@ impl Ranks {
         }
     }
 
+    /// The GPUs this rank uses where `--devices` does not say: the GPUs identical to the one
+    /// `auto` chooses, dealt in turn to the ranks that share the host (a rank of more ranks
+    /// than GPUs shares one). Empty where the library's default holds: one process on the
+    /// host, one such GPU, or an adapter named with `--adapter`.
+    pub fn default_devices(&self, adapter: Option<&str>) -> Vec<String> {
+        #[cfg(feature = "mpi")]
+        if let (Some(mpi), None) = (&self.mpi, adapter) {
+            let (local, on_host) = mpi.on_host();
+            let adapters = knng::adapters();
+            let Some(auto) = adapters.iter().find(|a| a.auto_choice) else { return Vec::new() };
+            let gpus: Vec<usize> = adapters
+                .iter()
+                .filter(|a| a.info.name == auto.info.name && a.info.backend == auto.info.backend)
+                .map(|a| a.index)
+                .collect();
+            return deal_gpus(&gpus, local, on_host).iter().map(usize::to_string).collect();
+        }
+        let _ = adapter;
+        Vec::new()
+    }
+
     /// Ends a failed run: on a rank of a job, says which rank failed and ends every rank
     /// (their partial outputs are removed as on an interrupt); otherwise returns the exit
     /// status.
@@ -86,5 +107,39 @@ impl Ranks {
         }
         eprintln!("error: {line}");
         std::process::ExitCode::from(1)
+    }
+}
+
+/// The GPUs of `gpus` for rank `local` of the `on_host` ranks of one host: every
+/// `on_host`-th from the `local`-th, or one shared GPU where there are more ranks than GPUs;
+/// none (the library's default: all of them) for a lone rank or a single GPU.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+fn deal_gpus(gpus: &[usize], local: usize, on_host: usize) -> Vec<usize> {
+    if on_host <= 1 || gpus.len() <= 1 {
+        return Vec::new();
+    }
+    let mine: Vec<usize> = gpus.iter().enumerate().filter(|(i, _)| i % on_host == local).map(|(_, &g)| g).collect();
+    if mine.is_empty() {
+        vec![gpus[local % gpus.len()]]
+    } else {
+        mine
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::deal_gpus;
+
+    #[test]
+    fn gpus_are_dealt_to_the_ranks_of_a_host() {
+        let four = [0, 1, 2, 3];
+        assert_eq!(deal_gpus(&four, 0, 1), Vec::<usize>::new());
+        assert_eq!(deal_gpus(&four, 1, 2), [1, 3]);
+        assert_eq!(deal_gpus(&four, 3, 4), [3]);
+        // More ranks than GPUs: ranks share them in turn.
+        assert_eq!(deal_gpus(&four, 5, 6), [1]);
+        assert_eq!(deal_gpus(&[2, 5], 1, 3), [5]);
+        assert_eq!(deal_gpus(&[2, 5], 2, 3), [2]);
+        assert_eq!(deal_gpus(&[7], 1, 2), Vec::<usize>::new());
     }
 }
