@@ -143,6 +143,93 @@ fn searches_are_shared_by_rows_of_queries() {
     assert_eq!(read_output(&out), want, "3 ranks: the search's output differs from one process's");
 }
 
+fn write_matrix(path: &Path, m: &Matrix) {
+    let mut bytes = Vec::new();
+    for row in m.as_slice().chunks(m.cols()) {
+        bytes.extend_from_slice(&(m.cols() as i32).to_le_bytes());
+        row.iter().for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// The exact table's larger cases (graphs and searches, k up to 1500, rows sorted along a
+/// line, cosine, inner product) over 3 ranks on the CPU and on the GPU under a tiny memory
+/// budget, in small blocks: the bytes one process writes, which are exact.
+#[test]
+fn larger_cases_over_three_ranks() {
+    let adapter = std::env::var("KNNG_TEST_ADAPTER").unwrap_or_else(|_| "0".into());
+    let gpu = ["--backend", "gpu", "--adapter", &adapter, "--gpu-memory", "16MiB"];
+    for case in common::larger_cases() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = dir.path().join("corpus.fvecs");
+        write_matrix(&corpus, &case.corpus);
+        let (k, metric) = (case.k.to_string(), case.metric.to_string());
+        let mut args: Vec<String> = match &case.queries {
+            Some(queries) => {
+                let path = dir.path().join("queries.fvecs");
+                write_matrix(&path, queries);
+                ["search", s(&corpus), "--queries", s(&path)].map(String::from).into()
+            }
+            None => ["graph", s(&corpus), "--block-rows", "700"].map(String::from).into(),
+        };
+        args.extend(["-k", &k, "--metric", &metric, "-q"].map(String::from));
+        for backend in [&["--backend", "cpu"][..], &gpu[..]] {
+            let label = format!("{} {backend:?}", case.name);
+            let run = |out: &Path| -> Vec<String> {
+                let mut a = args.clone();
+                a.extend(backend.iter().map(|b| b.to_string()));
+                a.extend(["-o".to_string(), s(out).to_string()]);
+                a
+            };
+            let single = dir.path().join("single.ivecs");
+            let mut one = Command::new(knng());
+            one.args(run(&single));
+            succeeds(one, &format!("{label}: one process"));
+            let (want, nq) = (read_output(&single), case.queries.as_ref().map_or(case.corpus.rows(), Matrix::rows));
+            let (ids, dists) = want.split_at(std::fs::metadata(&single).unwrap().len() as usize);
+            let got = common::neighbors_from_vecs(ids, dists, nq, case.k);
+            let queries = case.queries.as_ref().unwrap_or(&case.corpus);
+            common::check(&label, &case.corpus, queries, case.k, case.metric, case.queries.is_none(), &got);
+            let out = dir.path().join("ranks.ivecs");
+            let a = run(&out);
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            succeeds(mpirun(3, knng(), &a), &format!("{label}: 3 ranks"));
+            assert_eq!(read_output(&out), want, "{label}: 3 ranks wrote other bytes than one process");
+        }
+    }
+}
+
+/// A rank killed (SIGKILL) in the middle of a job ends every rank: mpirun exits non-zero and
+/// no output is left.
+#[test]
+fn a_killed_rank_ends_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("data.fvecs");
+    write_data(&input, 8000, 32, 7);
+    let out = dir.path().join("out.npz");
+    let checkpoint = dir.path().join("checkpoint");
+    let a = ["graph", s(&input), "-k", "10", "--block-rows", "200", "--backend", "cpu", "-o", s(&out)];
+    let mut a: Vec<&str> = a.into();
+    // The checkpoint's block files say when the ranks are under way.
+    a.extend(["--checkpoint", s(&checkpoint)]);
+    let mut job = mpirun(3, knng(), &a).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while block_files(&checkpoint) < 10 {
+        assert!(job.try_wait().unwrap().is_none(), "the job finished before a rank could be killed");
+        assert!(Instant::now() < deadline, "the job wrote no blocks");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let ranks = Command::new("pgrep").args(["-P", &job.id().to_string()]).output().unwrap();
+    let ranks = String::from_utf8_lossy(&ranks.stdout);
+    let victim = ranks.split_whitespace().nth(1).expect("mpirun's children are its ranks");
+    Command::new("kill").args(["-KILL", victim]).status().unwrap();
+    let ended = Instant::now();
+    let status = job.wait().unwrap();
+    assert!(!status.success(), "the job succeeded without a rank");
+    assert!(ended.elapsed() < Duration::from_secs(30), "the other ranks went on for {:?}", ended.elapsed());
+    assert!(!out.exists(), "a job that lost a rank left an output");
+}
+
 /// Block files of every rank's part of a checkpoint.
 fn block_files(dir: &Path) -> usize {
     let Ok(ranks) = std::fs::read_dir(dir) else { return 0 };
