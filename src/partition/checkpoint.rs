@@ -249,7 +249,17 @@ pub fn remove(dir: &Path) -> Result<()> {
 }
 
 fn remove_one(dir: &Path) -> Result<()> {
-    for path in block_files(dir)?.chain([dir.join(MANIFEST)]) {
+    // Files that a run killed while it wrote them left half-written (`write_durably`).
+    let unfinished: Vec<PathBuf> = fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().contains(".partial-")))
+                .collect()
+        })
+        .unwrap_or_default();
+    for path in block_files(dir)?.chain([dir.join(MANIFEST)]).chain(unfinished) {
         match fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&path, e)),
             _ => {}
@@ -328,6 +338,24 @@ mod tests {
             let name = file_name(jobs[1]);
             assert!(message.contains(&name) && message.contains("damaged checkpoint block"), "{message}");
         }
+    }
+
+    #[test]
+    fn removal_takes_the_ranks_parts_and_files_left_half_written() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("ckpt");
+        let rank = dir.join("rank-1-of-2");
+        let (c, jobs) = setup(&rank, 4);
+        c.record(jobs[0], 5, &lists(c.plan, jobs[0], 5)).unwrap();
+        // As a run killed in `write_durably` leaves them.
+        fs::write(rank.join(format!("{}.partial-77", file_name(jobs[1]))), b"half").unwrap();
+        fs::write(dir.join(format!("{MANIFEST}.partial-78")), b"half").unwrap();
+        remove(&dir).unwrap();
+        assert!(
+            !dir.exists(),
+            "left: {:?}",
+            fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+        );
     }
 
     #[test]
