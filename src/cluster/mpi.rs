@@ -53,7 +53,9 @@ impl Mpi {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             previous(info);
-            eprintln!("knng: rank {rank} of {size} panicked; ending the job");
+            // One write: the ranks share a terminal and their lines must not interleave.
+            let line = format!("knng: rank {rank} of {size} panicked; ending the job\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
             SimpleCommunicator::world().abort(101);
         }));
         Ok(Mpi { world: Mutex::new(world), rank, size, local, _universe: universe })

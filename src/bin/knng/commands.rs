@@ -47,7 +47,7 @@ impl EngineArgs {
         let quiet = self.quiet;
         let notice: knng::Notice = Arc::new(move |message: &str| {
             if !quiet {
-                eprintln!("{message}");
+                crate::tell(message);
             }
         });
         let options = Options {
@@ -76,7 +76,7 @@ impl EngineArgs {
 
     pub fn status(&self, line: impl std::fmt::Display) {
         if !self.quiet {
-            eprintln!("{line}");
+            crate::tell(line);
         }
     }
 
@@ -97,7 +97,7 @@ impl EngineArgs {
     pub fn explain_backend(&self, knn: &Knn) {
         if self.backend == knng::Backend::Auto && !knn.is_gpu() {
             if let Some(hint) = knng::missing_gpu_hint(&knng::adapters()) {
-                eprintln!("warning: {hint}; running on the CPU");
+                crate::tell(format_args!("warning: {hint}; running on the CPU"));
             }
         }
     }
@@ -194,7 +194,7 @@ fn in_file(e: Error, files: &[(&str, &str)]) -> Failure {
 fn open(spec: &str) -> Outcome<MatrixFile> {
     let file = MatrixFile::open(spec)?;
     if let Some(header) = file.skipped_header() {
-        eprintln!("note: {spec}: skipped the first line as a header: {header:?}");
+        crate::tell(format_args!("note: {spec}: skipped the first line as a header: {header:?}"));
     }
     check_rows(spec, file.rows())?;
     Ok(file)

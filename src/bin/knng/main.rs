@@ -301,13 +301,19 @@ pub fn say(line: impl std::fmt::Display) {
     let _ = writeln!(std::io::stdout(), "{line}");
 }
 
+/// Prints a line on stderr in one write, so that the lines of the ranks of an MPI job,
+/// which share one terminal, are not cut into each other.
+pub fn tell(line: impl std::fmt::Display) {
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
 fn main() -> ExitCode {
     quiet_headless_probes();
     // Ctrl-C, SIGTERM and SIGHUP: remove partial outputs, then end as an interrupted
     // process would. A handler that cannot be installed leaves the default behaviour.
     let _ = ctrlc::set_handler(|| {
         knng::io::remove_partial_outputs();
-        eprintln!("error: interrupted; no output was written");
+        tell(format_args!("error: interrupted; no output was written"));
         std::process::exit(130);
     });
     std::panic::set_hook(Box::new(|info| {
@@ -318,14 +324,14 @@ fn main() -> ExitCode {
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".to_string());
         let place = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
-        eprintln!("error: internal error: {what}{place} (this is a bug in knng; please report it)");
+        tell(format_args!("error: internal error: {what}{place} (this is a bug in knng; please report it)"));
     }));
     let cli = Cli::parse();
     // After the panic hook: MPI's own hook, which ends every rank, follows it.
     let ranks = match ranks::Ranks::start() {
         Ok(ranks) => ranks,
         Err(Failure(message)) => {
-            eprintln!("error: {message}");
+            tell(format_args!("error: {message}"));
             return ExitCode::from(1);
         }
     };

@@ -101,11 +101,11 @@ impl Ranks {
     pub fn fail(&self, line: &str) -> std::process::ExitCode {
         #[cfg(feature = "mpi")]
         if let Some(mpi) = &self.mpi {
-            eprintln!("error: rank {} of {}: {line}", mpi.rank(), mpi.size());
+            crate::tell(format_args!("error: rank {} of {}: {line}", mpi.rank(), mpi.size()));
             knng::io::remove_partial_outputs();
             mpi.abort(1);
         }
-        eprintln!("error: {line}");
+        crate::tell(format_args!("error: {line}"));
         std::process::ExitCode::from(1)
     }
 }
