@@ -272,7 +272,7 @@ mod tests {
         let data: Vec<f32> = (0..(192 + 320) * 12).map(|_| rng.random_range(-1.0..1.0)).collect();
         let (i, j) = data.split_at(192 * 12);
         let (i, j) = (MatrixRef::new(i, 192, 12).unwrap(), MatrixRef::new(j, 320, 12).unwrap());
-        let cpu = Engine::Cpu(CpuEngine::new());
+        let cpu = Engine::Cpu(CpuEngine::new(false));
         assert!(assert_sides_exact(&cpu, i, j, 24), "the CPU computed the block as two searches");
         // A block with a side shorter than kc is two searches.
         assert!(!assert_sides_exact(&cpu, i.slice_rows(0..20), j, 24));

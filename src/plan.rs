@@ -5,6 +5,17 @@
 //! 2 GiB on NVIDIA) and all of them together under the memory budget.
 
 use crate::error::{Error, Result};
+use crate::search::Select;
+
+/// Whether tiles' candidates are picked by the batch index sort rather than the quick
+/// multi-select. `Auto` takes the quick multi-select: the sort has not yet been measured to
+/// win at any k or tile shape (`notes/sort.md`).
+pub(crate) fn sorts_tiles(select: Select) -> bool {
+    match select {
+        Select::Sort => true,
+        Select::Quick | Select::Auto => false,
+    }
+}
 
 /// What the planner needs to know about the device.
 #[derive(Clone, Copy, Debug)]

@@ -45,6 +45,34 @@ impl FromStr for Backend {
     }
 }
 
+/// How each row's candidates are picked from a tile of distances.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Select {
+    /// The planner's choice.
+    #[default]
+    Auto,
+    /// Quick multi-select (Komarov, Dashti and D'Souza): each row's best found by sampled
+    /// pivots, without ordering the rest.
+    Quick,
+    /// Batch index sort (Dashti's thesis, section 3.3): every key of a tile sorted, then
+    /// sorted again by row, keeping the order; each row's first keys are its best. On the CPU
+    /// backend, each row's candidates are sorted in full.
+    Sort,
+}
+
+impl FromStr for Select {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Select::Auto),
+            "quick" => Ok(Select::Quick),
+            "sort" => Ok(Select::Sort),
+            _ => Err(Error::arg("select", format!("unknown selector {s:?}; expected auto, quick or sort"))),
+        }
+    }
+}
+
 /// Progress callback: `(done, total)` query rows.
 pub type Progress = Arc<dyn Fn(u64, u64) + Send + Sync>;
 
@@ -60,6 +88,9 @@ pub struct Options {
     pub adapter: Option<String>,
     /// Select and merge without subgroup operations even when the adapter has them.
     pub no_subgroups: bool,
+    /// How each row's candidates are picked from a tile of distances (default: the
+    /// planner's choice). Answers are the same whichever runs.
+    pub select: Select,
     /// In [`Knn::graph`], count each point as its own nearest neighbour: it comes first in its
     /// own list, before exact duplicates at the same distance 0. Under
     /// [`Metric::InnerProduct`] a point is ranked by its product like any other row.
@@ -156,6 +187,7 @@ impl std::fmt::Debug for Options {
             .field("backend", &self.backend)
             .field("adapter", &self.adapter)
             .field("no_subgroups", &self.no_subgroups)
+            .field("select", &self.select)
             .field("include_self", &self.include_self)
             .field("memory_budget", &self.memory_budget)
             .field("max_host_memory", &self.max_host_memory)
@@ -184,6 +216,7 @@ impl Options {
         GpuSettings {
             adapter: self.adapter.clone(),
             no_subgroups: self.no_subgroups,
+            sort_select: crate::plan::sorts_tiles(self.select),
             profile: self.profile,
             distance_tile_depth: self.distance_tile_depth,
             memory_budget: self.memory_budget,
@@ -304,11 +337,11 @@ impl Knn {
             return Ok(Knn { engine, more_engines: engines, devices_listed, options, last: Default::default() });
         }
         let engine = match options.backend {
-            Backend::Cpu => Engine::Cpu(CpuEngine::new()),
+            Backend::Cpu => Engine::Cpu(CpuEngine::new(crate::plan::sorts_tiles(options.select))),
             Backend::Gpu => Engine::Gpu(Box::new(GpuEngine::new(&options.gpu_settings(), false)?)),
             Backend::Auto => match GpuEngine::new(&options.gpu_settings(), true) {
                 Ok(gpu) => Engine::Gpu(Box::new(gpu)),
-                Err(_) => Engine::Cpu(CpuEngine::new()),
+                Err(_) => Engine::Cpu(CpuEngine::new(crate::plan::sorts_tiles(options.select))),
             },
         };
         Ok(Knn { engine, more_engines: Vec::new(), devices_listed, options, last: Default::default() })
@@ -352,6 +385,16 @@ impl Knn {
         match &self.engine {
             Engine::Gpu(g) => g.bench_distance(rows, cols, d, 1),
             Engine::Cpu(_) => Err(Error::arg("backend", "the distance-only benchmark needs a GPU backend")),
+        }
+    }
+
+    /// Times the GPU radix sort alone: `len` pairs of random f32 keys and u32 values, sorted
+    /// stably by key and checked against a sort on the host: (wall seconds, GPU times with
+    /// [`Options::profile`]). For `knng bench --what sort`; an error on the CPU backend.
+    pub fn bench_sort(&self, len: usize) -> Result<(f64, Option<GpuTimes>)> {
+        match &self.engine {
+            Engine::Gpu(g) => g.bench_sort(len, 1),
+            Engine::Cpu(_) => Err(Error::arg("backend", "the sort benchmark needs a GPU backend")),
         }
     }
 
@@ -774,7 +817,7 @@ impl Knn {
             // A problem the GPU cannot hold (a k whose candidate lists exceed its largest
             // buffer) still has an answer: with `auto`, compute it on the CPU.
             Err(Error::TooLargeForDevice(_)) if self.options.backend == Backend::Auto => {
-                self.run_on(&Engine::Cpu(CpuEngine::new()), task)
+                self.run_on(&Engine::Cpu(CpuEngine::new(crate::plan::sorts_tiles(self.options.select))), task)
             }
             other => other,
         }

@@ -34,15 +34,21 @@ const SYMMETRIC_LISTS_MAX_BYTES: usize = 4 << 30;
 /// against 0.47 s, kc=375 even at d=128 and slower at d=32, kc=1250 0.93 against 0.79 s).
 const SYMMETRIC_MAX_KC: usize = 256;
 
-pub(crate) struct CpuEngine;
+pub(crate) struct CpuEngine {
+    /// Rows' candidates are cut by a full sort rather than a selection.
+    sorts: bool,
+}
 
 impl CpuEngine {
-    pub fn new() -> Self {
-        CpuEngine
+    /// `sorts`: each row's candidates are cut to its best by sorting them all (the batch
+    /// index sort's counterpart on the CPU) rather than by a selection.
+    pub fn new(sorts: bool) -> Self {
+        CpuEngine { sorts }
     }
 
     pub fn description(&self) -> String {
-        format!("cpu: {} threads", rayon::current_num_threads())
+        let select = if self.sorts { ", sort select" } else { "" };
+        format!("cpu: {} threads{select}", rayon::current_num_threads())
     }
 
     /// `symmetric`: whether graphs are swept in symmetric blocks (`None`: for lists of up to
@@ -55,7 +61,7 @@ impl CpuEngine {
         symmetric: Option<bool>,
     ) -> CorpusSession<'a> {
         let (prepared, norms) = prepare_all(corpus, shift, metric);
-        CorpusSession { corpus, shift: shift.to_vec(), metric, prepared, norms, symmetric }
+        CorpusSession { corpus, shift: shift.to_vec(), metric, prepared, norms, symmetric, sorts: self.sorts }
     }
 }
 
@@ -67,6 +73,8 @@ pub(crate) struct CorpusSession<'a> {
     prepared: Vec<f32>,
     norms: Vec<f32>,
     symmetric: Option<bool>,
+    /// Rows' candidates are cut by sorting ([`CpuEngine::new`]).
+    sorts: bool,
 }
 
 fn prepare_all(m: MatrixRef<'_>, shift: &[f32], metric: Metric) -> (Vec<f32>, Vec<f32>) {
@@ -84,11 +92,13 @@ struct BestKeys {
     items: Vec<(f32, u32)>,
     kc: usize,
     threshold: f32,
+    /// Cut by a stable sort of every key kept rather than a selection.
+    sorts: bool,
 }
 
 impl BestKeys {
-    fn new(kc: usize) -> Self {
-        BestKeys { items: Vec::with_capacity(2 * kc), kc, threshold: f32::INFINITY }
+    fn new(kc: usize, sorts: bool) -> Self {
+        BestKeys { items: Vec::with_capacity(2 * kc), kc, threshold: f32::INFINITY, sorts }
     }
 
     #[inline]
@@ -114,7 +124,11 @@ impl BestKeys {
 
     fn cut(&mut self) {
         if self.items.len() > self.kc {
-            self.items.select_nth_unstable_by(self.kc - 1, |a, b| a.0.total_cmp(&b.0));
+            if self.sorts {
+                self.items.sort_by(|a, b| a.0.total_cmp(&b.0));
+            } else {
+                self.items.select_nth_unstable_by(self.kc - 1, |a, b| a.0.total_cmp(&b.0));
+            }
             self.items.truncate(self.kc);
         }
         if self.items.len() == self.kc {
@@ -347,7 +361,7 @@ impl CorpusSession<'_> {
             |(b, (key_block, id_block))| {
                 let q0 = b * block;
                 let rows = (nq - q0).min(block);
-                let mut best: Vec<BestKeys> = (0..rows).map(|_| BestKeys::new(kc)).collect();
+                let mut best: Vec<BestKeys> = (0..rows).map(|_| BestKeys::new(kc, self.sorts)).collect();
                 let mut dots = vec![0.0f32; rows * CORPUS_BLOCK];
                 for c0 in (0..n).step_by(CORPUS_BLOCK) {
                     let cols = (n - c0).min(CORPUS_BLOCK);
@@ -417,7 +431,7 @@ impl CorpusSession<'_> {
             .iter()
             .map(|&(_, rows)| {
                 Mutex::new(Block {
-                    lists: (0..rows).map(|_| BestKeys::new(kc)).collect(),
+                    lists: (0..rows).map(|_| BestKeys::new(kc, self.sorts)).collect(),
                     limits: vec![f32::NAN; rows],
                 })
             })

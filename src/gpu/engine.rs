@@ -24,6 +24,9 @@ pub(crate) struct GpuSettings {
     pub adapter: Option<String>,
     /// Select and merge without subgroup operations even where the adapter has them.
     pub no_subgroups: bool,
+    /// Dense distance tiles' candidates picked by the batch index sort
+    /// (`sort_select.wgsl`) rather than the quick multi-select.
+    pub sort_select: bool,
     /// Time every kernel with timestamp queries ([`GpuEngine::take_profile`]).
     pub profile: bool,
     /// Depth of the distance kernel's workgroup tiles (default `TILE_K`).
@@ -56,6 +59,8 @@ pub(crate) struct GpuEngine {
     /// Graphs with long lists swept under sampled bounds (`plan::plan_bounded`): `Some(true)`
     /// wherever it fits, `Some(false)` never, `None` where the planner expects it to pay.
     pub(super) bounded_sweeps: Option<bool>,
+    /// Dense distance tiles' candidates picked by the batch index sort.
+    pub(super) sort_select: bool,
     /// The buffers of the last round of candidates, kept for the next call of the same shape
     /// (as FAISS and PyTorch keep temporary memory): creating and first touching a few GiB
     /// costs more than a small graph's whole computation. A later round, or a call whose
@@ -99,6 +104,7 @@ impl GpuEngine {
             max_groups,
             symmetric_graphs: settings.symmetric_graphs,
             bounded_sweeps: settings.bounded_sweeps,
+            sort_select: settings.sort_select,
             tile_caps: plan::TileCaps {
                 column: settings.max_column_tile.unwrap_or(usize::MAX).max(1),
                 query: settings.max_query_tile.unwrap_or(usize::MAX).max(1),
@@ -113,7 +119,10 @@ impl GpuEngine {
 
     pub fn description(&self) -> String {
         let i = &self.ctx.info;
-        let select = if self.ctx.subgroups {
+        let select = if self.sort_select {
+            let scans = if self.ctx.subgroups { "subgroup scans" } else { "workgroup scans" };
+            format!("batch index sort select, {scans}")
+        } else if self.ctx.subgroups {
             let barriers = if self.ctx.subgroup_barrier { ", subgroup barriers" } else { "" };
             format!("subgroup select, sizes {}-{}{barriers}", i.subgroup_min_size, i.subgroup_max_size)
         } else {

@@ -13,7 +13,8 @@
 //! kernel with its parameters, bindings and pipelines; `submit` the submission of dispatches;
 //! `profile` kernel times; `transfer` buffers, uploads and read-backs; `session` a prepared
 //! corpus and the candidate search against it; `context` adapter discovery and error capture;
-//! `shaders` the WGSL sources; `bench` the select-only benchmark.
+//! `shaders` the WGSL sources; `sort` the radix sort other kernels' drivers call; `bench` the
+//! benchmarks of one kernel alone.
 
 mod bench;
 mod context;
@@ -23,6 +24,7 @@ mod kernels;
 mod profile;
 mod session;
 pub mod shaders;
+mod sort;
 mod submit;
 mod transfer;
 

@@ -26,6 +26,9 @@ pub struct GpuTimes {
     pub refine: f64,
     /// Ranking by exact keys and the certificate, per row (`certify.wgsl`).
     pub certify: f64,
+    /// Radix sort passes and the prefix sums of their counts (`radix_sort.wgsl`,
+    /// `prefix_sum.wgsl`).
+    pub sort: f64,
     /// Host time uploading inputs and reading candidates back, summed over threads: copies out
     /// of one query tile's read-back overlap the next tile's kernels.
     pub transfers: f64,
@@ -50,7 +53,9 @@ impl GpuTimes {
         match step {
             Step::Norms => self.prepare_rows += seconds,
             Step::Distance | Step::DistancePublishing => self.distance += seconds,
-            Step::SelectRows => self.select += seconds,
+            Step::SelectRows | Step::SortSelectPairs | Step::SortSelectRowKeys | Step::SortSelectTake => {
+                self.select += seconds
+            }
             Step::Filter => self.filter += seconds,
             Step::GatherRows | Step::SelectShort => self.lists += seconds,
             Step::Merge | Step::MergeWide => self.merge += seconds,
@@ -62,6 +67,7 @@ impl GpuTimes {
             | Step::SortByIndex
             | Step::CopyMutualKeys => self.refine += seconds,
             Step::Certify | Step::SortRuns | Step::CertifyRuns => self.certify += seconds,
+            Step::SortCount | Step::SortScatter | Step::ScanBlocks | Step::ScanAddOffsets => self.sort += seconds,
         }
     }
 }

@@ -32,6 +32,27 @@ const SELECT_PER_SUBGROUP: &str = include_str!("../../shaders/select_per_subgrou
 /// The `select_rows` entry point without subgroups (`shaders/select_entry_workgroup.wgsl`).
 const SELECT_ENTRY_WORKGROUP: &str = include_str!("../../shaders/select_entry_workgroup.wgsl");
 
+/// One pass of the radix sort, without its entry point `scatter` (`shaders/radix_sort.wgsl`).
+const RADIX_SORT: &str = include_str!("../../shaders/radix_sort.wgsl");
+/// `scatter` ranking with subgroup scans (`shaders/radix_entry_subgroup.wgsl`).
+const RADIX_ENTRY_SUBGROUP: &str = include_str!("../../shaders/radix_entry_subgroup.wgsl");
+/// `scatter` ranking with a workgroup-memory scan (`shaders/radix_entry_workgroup.wgsl`).
+const RADIX_ENTRY_WORKGROUP: &str = include_str!("../../shaders/radix_entry_workgroup.wgsl");
+/// The exclusive prefix sum of a u32 array (`shaders/prefix_sum.wgsl`).
+pub const PREFIX_SUM: &str = include_str!("../../shaders/prefix_sum.wgsl");
+
+/// The batch index sort selector's kernels around the radix sort (`shaders/sort_select.wgsl`).
+pub const SORT_SELECT: &str = include_str!("../../shaders/sort_select.wgsl");
+
+/// The radix sort's pass with the `scatter` entry point the adapter supports.
+pub fn radix_sort(subgroups: bool) -> String {
+    let entry = if subgroups { RADIX_ENTRY_SUBGROUP } else { RADIX_ENTRY_WORKGROUP };
+    format!(
+        "{RADIX_SORT}
+{entry}"
+    )
+}
+
 /// The select shader with the entry point the adapter supports. With subgroups it also
 /// has the one-subgroup-per-row entry point `select_rows_per_subgroup`.
 pub fn select(subgroups: bool) -> String {
@@ -160,5 +181,9 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("refine_scalar", refine(false), false, true),
         m("refine_vec4", refine(true), false, true),
         m("certify", CERTIFY.to_string(), false, true),
+        m("radix_sort_subgroup", radix_sort(true), true, false),
+        m("radix_sort_workgroup", radix_sort(false), false, false),
+        m("prefix_sum", PREFIX_SUM.to_string(), false, false),
+        m("sort_select", SORT_SELECT.to_string(), false, false),
     ]
 }

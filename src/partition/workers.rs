@@ -113,7 +113,7 @@ mod tests {
 
     #[test]
     fn jobs_added_by_finished_jobs_run_and_every_job_runs_once() {
-        let engines = [Engine::Cpu(CpuEngine::new()), Engine::Cpu(CpuEngine::new())];
+        let engines = [Engine::Cpu(CpuEngine::new(false)), Engine::Cpu(CpuEngine::new(false))];
         let engines: Vec<&Engine> = engines.iter().collect();
         let mut seen = Vec::new();
         // Each job n > 0 adds the job n - 1 when it finishes: 3 + 2 + 1 + 0.
@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn the_first_error_is_returned_and_no_job_hangs() {
-        let engines = [Engine::Cpu(CpuEngine::new())];
+        let engines = [Engine::Cpu(CpuEngine::new(false))];
         let engines: Vec<&Engine> = engines.iter().collect();
         let failing = |_: &Engine, &n: &u32| if n == 2 { Err(Error::arg("job", "two")) } else { Ok(n) };
         let err = run_jobs(&engines, (0..10).collect(), &failing, |_, _, _| Ok(())).unwrap_err();

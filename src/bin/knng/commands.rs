@@ -54,6 +54,7 @@ impl EngineArgs {
             backend: self.backend,
             adapter: self.adapter.clone(),
             no_subgroups: self.no_subgroups,
+            select: self.select,
             memory_budget: self.gpu_memory,
             max_host_memory: self.max_memory,
             include_self,

@@ -92,6 +92,9 @@ pub fn bench(a: BenchArgs) -> Outcome {
     if a.what == What::Distance {
         return bench_distance(a);
     }
+    if a.what == What::Sort {
+        return bench_sort(a);
+    }
     let (n, d, k, metric) = (a.n as usize, a.d as usize, a.k as usize, a.metric);
     let nq = if a.what == What::Graph { n } else { a.queries as usize };
     let max = if a.what == What::Graph { n - 1 } else { n };
@@ -287,6 +290,34 @@ fn bench_select(a: BenchArgs) -> Outcome {
             knn.description(),
             seconds(wall),
             gbps(wall)
+        ));
+    }
+    Ok(())
+}
+
+/// `knng bench --what sort`: the radix sort alone, against what torch.sort does on as many
+/// (float key, index) pairs.
+fn bench_sort(a: BenchArgs) -> Outcome {
+    let n = a.n as usize;
+    let bar = Bar::new(true, "bench");
+    let knn = a.engine.open_with(false, a.profile, Places::default(), &bar)?;
+    let (wall, gpu) = fastest(a.repeat, || knn.bench_sort(n))?;
+    let rate = |s: f64| n as f64 / s / 1e9;
+    if a.json {
+        say(format!(
+            "{{\"what\":\"sort\",\"n\":{n},\"backend\":{},\"seconds\":{wall:.6},\"gpu_s\":{},\"repeat\":{}}}",
+            json_string(&knn.description()),
+            gpu.map_or("null".to_string(), |g| format!("{:.6}", g.sort)),
+            a.repeat
+        ));
+    } else {
+        let gpu_text =
+            gpu.map_or(String::new(), |g| format!(" | kernels {} ({:.2} G pairs/s)", seconds(g.sort), rate(g.sort)));
+        say(format!(
+            "sort {n} pairs (f32 key, u32 value) | {} | {} ({:.2} G pairs/s){gpu_text}",
+            knn.description(),
+            seconds(wall),
+            rate(wall)
         ));
     }
     Ok(())

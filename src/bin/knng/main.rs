@@ -70,6 +70,11 @@ struct EngineArgs {
     /// adapter has them.
     #[arg(long)]
     no_subgroups: bool,
+    /// How each row's candidates are picked from a tile of distances: quick (quick
+    /// multi-select), sort (batch index sort: the tile's keys sorted, then by row), or auto
+    /// (the planner's choice; today quick). The answer is the same.
+    #[arg(long, default_value = "auto", value_name = "auto|quick|sort")]
+    select: knng::Select,
     /// Depth of the distance kernel's workgroup tiles (4, 8, 16 or 32), for tuning.
     #[arg(long, value_name = "DEPTH", hide = true)]
     tile_depth: Option<u32>,
@@ -190,6 +195,8 @@ enum What {
     /// The GPU distance kernel alone: --rows query rows against --cols corpus rows of
     /// dimension --d.
     Distance,
+    /// The GPU radix sort alone: --n pairs of random f32 keys and u32 values.
+    Sort,
 }
 
 #[derive(Args)]
@@ -208,7 +215,8 @@ struct BenchArgs {
     metric: Metric,
     /// graph (self-join of the n rows), search (--queries rows against the n rows), select
     /// (the GPU selection kernel alone: the k smallest of --rows rows of --cols random keys), or
-    /// distance (the GPU distance kernel alone: --rows x --cols keys of dimension --d).
+    /// distance (the GPU distance kernel alone: --rows x --cols keys of dimension --d), or sort
+    /// (the GPU radix sort alone: --n pairs of random f32 keys and u32 values).
     #[arg(long, value_enum, default_value_t = What::Graph)]
     what: What,
     /// Rows of keys for `--what select` and `--what distance`.

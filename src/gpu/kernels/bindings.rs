@@ -1,7 +1,9 @@
 //! What every kernel binds: the parameter block, one 256-byte uniform slot per dispatch, at
 //! binding 0, and storage buffers after it; and the 2-D grid of a dispatch.
 
-use super::{CertifyParams, DistanceParams, NormsParams, RefineParams, SelectParams};
+use super::{
+    CertifyParams, DistanceParams, NormsParams, RefineParams, ScanParams, SelectParams, SortParams, SortSelectParams,
+};
 
 /// Uniform slots are this far apart (the largest `min_uniform_buffer_offset_alignment`).
 pub(in crate::gpu) const PARAM_SLOT: u64 = 256;
@@ -12,6 +14,9 @@ const _: () = assert!(std::mem::size_of::<SelectParams>() as u64 <= PARAMS_SIZE)
 const _: () = assert!(std::mem::size_of::<NormsParams>() as u64 <= PARAMS_SIZE);
 const _: () = assert!(std::mem::size_of::<RefineParams>() as u64 <= PARAMS_SIZE);
 const _: () = assert!(std::mem::size_of::<CertifyParams>() as u64 <= PARAMS_SIZE);
+const _: () = assert!(std::mem::size_of::<SortParams>() as u64 <= PARAMS_SIZE);
+const _: () = assert!(std::mem::size_of::<ScanParams>() as u64 <= PARAMS_SIZE);
+const _: () = assert!(std::mem::size_of::<SortSelectParams>() as u64 <= PARAMS_SIZE);
 
 /// Uniform parameters of one submission, one 256-byte slot per dispatch.
 #[derive(Default)]

@@ -12,6 +12,8 @@ mod norms;
 mod pipelines;
 mod refine;
 mod select;
+mod sort;
+mod sort_select;
 
 use std::sync::OnceLock;
 
@@ -26,6 +28,8 @@ pub(super) use pipelines::Kernel;
 use pipelines::Pipelines;
 pub(super) use refine::{exact_keys_dispatch, refine_mode, RefineKernels, RefineParams, GROUPED_ROWS};
 pub(super) use select::{SelectKernels, SelectParams, AUX_NAMES, WIDE_MERGE_KC};
+pub(super) use sort::{ScanParams, SortKernels, SortParams, DIGIT_BITS, FLOAT_IN, FLOAT_OUT, SCAN_BLOCK, SORT_TILE};
+pub(super) use sort_select::{SortSelectKernels, SortSelectParams};
 
 use super::context::Context;
 use crate::error::Result;
@@ -47,6 +51,10 @@ pub(super) struct Kernels {
     filter: OnceLock<Kernel>,
     /// The sample gather and list kernels of bounded sweeps, built on first use.
     bounded: OnceLock<BoundedKernels>,
+    /// The radix sort and its prefix sum, built on first use.
+    sort: OnceLock<SortKernels>,
+    /// The batch index sort selector's kernels, built on first use.
+    sort_select: OnceLock<SortSelectKernels>,
     pub(super) select: SelectKernels,
     /// Exact float64 keys of the candidates, where the adapter has SHADER_F64.
     pub(super) refine: Option<RefineKernels>,
@@ -75,6 +83,8 @@ impl Kernels {
             distance_publish,
             filter: Default::default(),
             bounded: Default::default(),
+            sort: Default::default(),
+            sort_select: Default::default(),
             select,
             refine,
             certify,
@@ -100,6 +110,24 @@ impl Kernels {
         Ok(self.bounded.get_or_init(|| built))
     }
 
+    /// The radix sort's kernels, built on first use.
+    pub(super) fn sort_kernels(&self, ctx: &Context) -> Result<&SortKernels> {
+        if let Some(built) = self.sort.get() {
+            return Ok(built);
+        }
+        let built = ctx.allocating(|| sort::create(ctx, &self.pipelines))?;
+        Ok(self.sort.get_or_init(|| built))
+    }
+
+    /// The batch index sort selector's kernels, built on first use.
+    pub(super) fn sort_select_kernels(&self, ctx: &Context) -> Result<&SortSelectKernels> {
+        if let Some(built) = self.sort_select.get() {
+            return Ok(built);
+        }
+        let built = ctx.allocating(|| sort_select::create(ctx, &self.pipelines))?;
+        Ok(self.sort_select.get_or_init(|| built))
+    }
+
     /// The kernels of bounded sweeps, once [`Self::bounded_kernels`] has built them.
     pub(super) fn built_bounded(&self) -> &BoundedKernels {
         self.bounded.get().expect("built (`bounded_kernels`) before it is bound")
@@ -122,6 +150,23 @@ impl Kernels {
                 match step {
                     Step::GatherRows => &built.gather.pipeline,
                     _ => &built.short_select.pipeline,
+                }
+            }
+            Step::SortCount | Step::SortScatter | Step::ScanBlocks | Step::ScanAddOffsets => {
+                let built = self.sort.get().expect("built (`sort_kernels`) before it is planned");
+                match step {
+                    Step::SortCount => &built.count.pipeline,
+                    Step::SortScatter => &built.scatter,
+                    Step::ScanBlocks => &built.scan.pipeline,
+                    _ => &built.add_offsets,
+                }
+            }
+            Step::SortSelectPairs | Step::SortSelectRowKeys | Step::SortSelectTake => {
+                let built = self.sort_select.get().expect("built (`sort_select_kernels`) before it is planned");
+                match step {
+                    Step::SortSelectPairs => &built.pairs.pipeline,
+                    Step::SortSelectRowKeys => &built.row_keys,
+                    _ => &built.take,
                 }
             }
             Step::SelectRows => &self.select.rows.pipeline,
@@ -171,6 +216,20 @@ pub(in crate::gpu) enum Step {
     CertifyRuns,
     SortByIndex,
     CopyMutualKeys,
+    /// A radix sort pass's digit counts per tile (`count_digits`).
+    SortCount,
+    /// A radix sort pass's stable ranking and scatter (`scatter`).
+    SortScatter,
+    /// The prefix sum's blocks scanned (`scan_blocks`).
+    ScanBlocks,
+    /// The prefix sum's block offsets added (`add_block_offsets`).
+    ScanAddOffsets,
+    /// A distance tile laid out as pairs for the sort selector (`tile_pairs`).
+    SortSelectPairs,
+    /// The sort selector's pairs keyed by row (`row_keys`).
+    SortSelectRowKeys,
+    /// Each row's list taken from its sorted pairs (`take_rows`).
+    SortSelectTake,
 }
 
 /// One dispatch: kernel, parameter slot, workgroups, bind group.

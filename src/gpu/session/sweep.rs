@@ -9,8 +9,9 @@ use crate::data::MatrixRef;
 use crate::error::Result;
 use crate::gpu::kernels::{
     bind_group, bind_group_at, gemm_tiles, grid, metric_modes, publishing_groups, DistanceParams, Job, NormsParams,
-    ParamSlots, SelectParams, Step, WIDE_MERGE_KC,
+    ParamSlots, SelectParams, SortSelectParams, Step, WIDE_MERGE_KC,
 };
+use crate::gpu::sort::{Pairs, RadixSort, SortKey};
 use crate::plan::{self, TilePlan};
 use crate::refine::NONE;
 
@@ -168,6 +169,16 @@ impl CorpusSession<'_> {
                 .map(|(r0, _)| self.select_bind(b, r0, kc, cap))
                 .collect();
             let mut column_binds = column_binds.iter();
+            // The batch index sort's two sorts for each width of dense tile in this batch.
+            let sorted_tiles: Vec<(usize, [RadixSort; 2])> = if gpu.sort_select {
+                let mut widths: Vec<usize> = column_tiles.iter().flatten().map(|&(_, cols)| cols).collect();
+                widths.sort_unstable();
+                widths.dedup();
+                widths.into_iter().map(|cols| Ok((cols, self.tile_sorts(b, rows, cols)?))).collect::<Result<_>>()?
+            } else {
+                Vec::new()
+            };
+            let sort_select_bind = gpu.sort_select.then(|| self.sort_select_bind(b, base, kc)).transpose()?;
 
             let mut params = ParamSlots::default();
             let mut jobs = Vec::new();
@@ -230,16 +241,41 @@ impl CorpusSession<'_> {
                     };
                     // The tile's kc best: straight into the running lists for the first tile,
                     // else into the tile region; a sparse tile has only its shortlists.
-                    if !sparse {
-                        let offset = params.push(SelectParams {
-                            len: cols as u32,
-                            in_stride: tiles.dist_stride as u32,
-                            col_base,
-                            out_offset: if first_tile { 0 } else { tile_region },
-                            dense: 1,
-                            ..select
-                        });
-                        jobs.push(Job { step: Step::SelectRows, offset, groups: (sx, sy), bind: &select_bind });
+                    let out_offset = if first_tile { 0 } else { tile_region };
+                    let sorts = sorted_tiles.iter().find(|(width, _)| *width == cols).map(|(_, sorts)| sorts);
+                    match (sparse, sorts, &sort_select_bind) {
+                        (true, _, _) => {}
+                        (false, Some([by_key, by_row]), Some(bind)) => {
+                            let pairs = grid((rows * cols).div_ceil(256), gpu.max_groups);
+                            let take = SortSelectParams {
+                                rows: rows as u32,
+                                cols: cols as u32,
+                                in_stride: tiles.dist_stride as u32,
+                                col_base,
+                                need: kc as u32,
+                                out_stride: kc as u32,
+                                out_offset,
+                                groups_x: sx,
+                            };
+                            let offset = params.push(SortSelectParams { groups_x: pairs.0, ..take });
+                            jobs.push(Job { step: Step::SortSelectPairs, offset, groups: pairs, bind });
+                            jobs.extend(by_key.jobs());
+                            jobs.push(Job { step: Step::SortSelectRowKeys, offset, groups: pairs, bind });
+                            jobs.extend(by_row.jobs());
+                            let offset = params.push(take);
+                            jobs.push(Job { step: Step::SortSelectTake, offset, groups: (sx, sy), bind });
+                        }
+                        (false, _, _) => {
+                            let offset = params.push(SelectParams {
+                                len: cols as u32,
+                                in_stride: tiles.dist_stride as u32,
+                                col_base,
+                                out_offset,
+                                dense: 1,
+                                ..select
+                            });
+                            jobs.push(Job { step: Step::SelectRows, offset, groups: (sx, sy), bind: &select_bind });
+                        }
                     }
                     // Merge: the kc best of the running list and the tile's list, or of a
                     // sparse tile's shortlist (an overflowed one marks its row incomplete).
@@ -282,6 +318,40 @@ impl CorpusSession<'_> {
             }
         }
         publishing.ok_or_else(|| crate::error::Error::Gpu("a corpus of no rows has nothing to sweep".into()))
+    }
+
+    /// The batch index sort's two sorts of a dense tile of `rows` x `cols` keys, in the
+    /// select's auxiliary arrays: the keys with their positions, then, keeping that order,
+    /// the positions by row.
+    fn tile_sorts(&self, b: &TileBuffers, rows: usize, cols: usize) -> Result<[RadixSort; 2]> {
+        let gpu = self.gpu;
+        let pairs = || Pairs { keys: &b.aux[0], values: &b.aux[1] };
+        let scratch = || Some(Pairs { keys: &b.aux[2], values: &b.aux[3] });
+        let row_bits = usize::BITS - (rows.max(2) - 1).leading_zeros();
+        Ok([
+            gpu.plan_sort(pairs(), scratch(), rows * cols, SortKey::Float)?,
+            gpu.plan_sort(pairs(), scratch(), rows * cols, SortKey::Bits(row_bits))?,
+        ])
+    }
+
+    /// The batch index sort selector's bind group with the per-row arrays bound from state
+    /// row `base` (as [`Self::select_bind`]).
+    fn sort_select_bind(&self, b: &TileBuffers, base: usize, kc: usize) -> Result<wgpu::BindGroup> {
+        let gpu = self.gpu;
+        let kernels = gpu.kernels.sort_select_kernels(&gpu.ctx)?;
+        let base = base as u64;
+        Ok(bind_group_at(
+            &gpu.ctx.device,
+            &kernels.pairs.layout,
+            &b.uniform,
+            &[
+                (&b.dist, 0),
+                (&b.aux[0], 0),
+                (&b.aux[1], 0),
+                (&b.candidates, base * kc as u64 * 8),
+                (&b.row_state, base * 8),
+            ],
+        ))
     }
 
     /// The publishing distance kernel's bind group against `chunk`, with the ranked answers it

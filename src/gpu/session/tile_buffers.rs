@@ -144,10 +144,10 @@ impl TileSizes {
         let TileKey { tiles, kc, column_tiles, gpu_exact, certify_k, .. } = *key;
         let q = tiles.query_rows;
         let state_rows = key.state_rows();
-        // Parameter slots per distance tile: distance, select, merge, and the merges of the
-        // column rows' shortlists (a query tile's rows at a time). A bounded sweep's tile takes
-        // three too: distance, filter, select.
-        let slots_per_tile = 3 + if tiles.symmetric { tiles.column_tile.div_ceil(q) } else { 0 };
+        // Parameter slots per distance tile: distance, select (two for the batch index sort
+        // selector), merge, and the merges of the column rows' shortlists (a query tile's rows
+        // at a time). A bounded sweep's tile takes three: distance, filter, select.
+        let slots_per_tile = 4 + if tiles.symmetric { tiles.column_tile.div_ceil(q) } else { 0 };
         let certify = certify_k.map(|k| CertifySizes {
             error_bounds: (q * 8) as u64,
             answers: CertifyLayout::new(q, k).flags_at,
