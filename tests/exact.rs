@@ -11,7 +11,7 @@ use common::{
     bounded_cases, cases, check, large_corpus_cases, larger_cases, long_list_cases, published_cases, same_shape_cases,
     sparse_cases, symmetric_cases, Case,
 };
-use knng::{Backend, Knn, Metric, Options};
+use knng::{Backend, Knn, Metric, Options, Select};
 use rand::{Rng, SeedableRng};
 
 /// `default_budget`: the engine runs with the default memory budget, so every case's corpus
@@ -650,5 +650,78 @@ fn gpu_graphs_with_answers_on_disk() {
         })
         .unwrap();
         assert_eq!(streamed, whole);
+    }
+}
+
+/// One engine of each backend with `select`: the CPU, and the GPU with and without subgroups
+/// (`None` where the subgroup path is skipped, as [`gpu_engine`] allows), under `budget`.
+fn engines_selecting(select: Select, budget: Option<u64>) -> Vec<Knn> {
+    let cpu = Knn::new(Options { backend: Backend::Cpu, select, ..Options::default() }).unwrap();
+    let mut engines = vec![cpu];
+    for no_subgroups in [false, true] {
+        let options = Options {
+            backend: Backend::Gpu,
+            adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+            no_subgroups,
+            select,
+            memory_budget: budget,
+            max_workgroups_per_dimension: budget.map(|_| 3),
+            ..Options::default()
+        };
+        let knn = Knn::new(options).unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));
+        assert!(knn.is_gpu(), "the GPU backend was not used: {}", knn.description());
+        let scans = knn.description().contains("subgroup scans") || knn.description().contains("subgroup select");
+        if !no_subgroups && !scans && std::env::var("KNNG_ALLOW_NO_SUBGROUPS").as_deref() == Ok("1") {
+            eprintln!("SKIPPED: {} has no subgroup operations (KNNG_ALLOW_NO_SUBGROUPS=1)", knn.description());
+            continue;
+        }
+        assert_eq!(scans, !no_subgroups, "{}", knn.description());
+        engines.push(knn);
+    }
+    for knn in &engines {
+        assert_eq!(knn.description().contains("sort select"), select == Select::Sort, "{}", knn.description());
+    }
+    engines
+}
+
+/// The batch index sort selector: on every backend, the table's answers are the float64
+/// oracle's and byte for byte what the quick multi-select gives; under a tiny budget too, where
+/// later distance tiles' sorted lists merge into running lists that bound shortlists (on a
+/// part of the table that has ties, duplicates, offsets and searches: in tiles of a few rows
+/// the whole table takes minutes on a software adapter).
+#[test]
+fn sort_select_matches_float64_oracle_and_quick_select() {
+    let in_tiles =
+        ["euclidean: duplicates", "cosine: lattice ties", "offset 1000 lattice", "sqeuclidean: search 300", "lon/lat"];
+    let tiled = cases().into_iter().filter(|c| in_tiles.iter().any(|n| c.name.contains(n))).collect::<Vec<_>>();
+    for (budget, cases) in [(None, cases()), (Some(TINY_BUDGET), tiled)] {
+        let sorting = engines_selecting(Select::Sort, budget);
+        let quick = engines_selecting(Select::Quick, budget);
+        assert_eq!(sorting.len(), quick.len());
+        for (sort, quick) in sorting.iter().zip(&quick) {
+            for case in &cases {
+                let label = format!("[{}] {}", sort.description(), case.name);
+                let (sorted, picked) = match &case.queries {
+                    Some(queries) => {
+                        let run = |knn: &Knn| knn.search(case.corpus.view(), queries.view(), case.k, case.metric);
+                        let sorted = run(sort).unwrap_or_else(|e| panic!("{label}: {e}"));
+                        check(&label, &case.corpus, queries, case.k, case.metric, false, &sorted);
+                        (sorted, run(quick).unwrap_or_else(|e| panic!("{label}, quick: {e}")))
+                    }
+                    None => {
+                        let run = |knn: &Knn| knn.graph(case.corpus.view(), case.k, case.metric);
+                        let sorted = run(sort).unwrap_or_else(|e| panic!("{label}: {e}"));
+                        check(&label, &case.corpus, &case.corpus, case.k, case.metric, true, &sorted);
+                        (sorted, run(quick).unwrap_or_else(|e| panic!("{label}, quick: {e}")))
+                    }
+                };
+                assert_eq!(sorted.indices, picked.indices, "{label}: indices differ from the quick select's");
+                let bits = |n: &knng::Neighbors| n.distances.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&sorted), bits(&picked), "{label}: distances differ from the quick select's");
+                if !case.name.contains("f32's range") {
+                    assert_eq!(sort.last_run().rows_brute_forced, 0, "{label}: the backend failed to select rows");
+                }
+            }
+        }
     }
 }

@@ -302,7 +302,7 @@ fn bench_sort(a: BenchArgs) -> Outcome {
     let bar = Bar::new(true, "bench");
     let knn = a.engine.open_with(false, a.profile, Places::default(), &bar)?;
     let (wall, gpu) = fastest(a.repeat, || knn.bench_sort(n))?;
-    let rate = |s: f64| n as f64 / s / 1e9;
+    let rate = |s: f64| n as f64 / s / 1e6;
     if a.json {
         say(format!(
             "{{\"what\":\"sort\",\"n\":{n},\"backend\":{},\"seconds\":{wall:.6},\"gpu_s\":{},\"repeat\":{}}}",
@@ -312,9 +312,9 @@ fn bench_sort(a: BenchArgs) -> Outcome {
         ));
     } else {
         let gpu_text =
-            gpu.map_or(String::new(), |g| format!(" | kernels {} ({:.2} G pairs/s)", seconds(g.sort), rate(g.sort)));
+            gpu.map_or(String::new(), |g| format!(" | kernels {} ({:.0} M pairs/s)", seconds(g.sort), rate(g.sort)));
         say(format!(
-            "sort {n} pairs (f32 key, u32 value) | {} | {} ({:.2} G pairs/s){gpu_text}",
+            "sort {n} pairs (f32 key, u32 value) | {} | {} ({:.0} M pairs/s){gpu_text}",
             knn.description(),
             seconds(wall),
             rate(wall)
