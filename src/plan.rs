@@ -582,18 +582,22 @@ pub(crate) struct SweepAsk {
     /// here, `Some` forces a sweep on (where it is possible) or off.
     pub symmetric: Option<bool>,
     pub bounded: Option<bool>,
+    /// Dense tiles' candidates are picked by the batch index sort, which a bounded sweep
+    /// (whose rows select from short lists, not dense tiles) would leave unused: it takes a
+    /// bounded sweep only where one is forced.
+    pub sorts: bool,
 }
 
 /// The one place that chooses a round's sweep, as the tiles it runs in: bounded (rows
 /// finished tile by tile under sampled bounds) where lists are long, else symmetric (each
 /// distance once for both rows) where all rows' state fits, else plain query tiles.
 pub(crate) fn choose_sweep(a: SweepAsk) -> Result<TilePlan> {
-    let SweepAsk { nq, d, kc, corpus, corpus_rows, caps, dev, from_corpus, ranks, symmetric, bounded } = a;
+    let SweepAsk { nq, d, kc, corpus, corpus_rows, caps, dev, from_corpus, ranks, symmetric, bounded, sorts } = a;
     let symmetric_plan = (from_corpus && symmetric != Some(false))
         .then(|| plan_symmetric(nq, d, kc, corpus, caps, dev, symmetric == Some(true)))
         .flatten();
     let bounded_forced = bounded == Some(true);
-    let bounded_wanted = bounded_forced || (symmetric_plan.is_none() && bounded != Some(false));
+    let bounded_wanted = bounded_forced || (symmetric_plan.is_none() && bounded.is_none() && !sorts);
     let bounded_plan = (from_corpus && ranks && bounded_wanted)
         .then(|| plan_bounded(nq, d, kc, corpus, caps, dev, bounded_forced))
         .flatten();
@@ -820,6 +824,7 @@ mod tests {
             ranks: true,
             symmetric: None,
             bounded: None,
+            sorts: false,
         };
         let kind = |t: TilePlan| match (t.symmetric, t.bounded.is_some()) {
             (true, _) => "symmetric",
@@ -830,6 +835,9 @@ mod tests {
         // Short lists of a large graph: symmetric; long lists: bounded; small graphs: plain.
         assert_eq!(sweep(ask(262_144, 26)), "symmetric");
         assert_eq!(sweep(ask(65536, 1024)), "bounded");
+        // The batch index sort selector keeps its dense tiles unless a bounded sweep is forced.
+        assert_eq!(sweep(SweepAsk { sorts: true, ..ask(65536, 1024) }), "plain");
+        assert_eq!(sweep(SweepAsk { sorts: true, bounded: Some(true), ..ask(65536, 1024) }), "bounded");
         assert_eq!(sweep(ask(16384, 26)), "plain");
         // Searches and devices that do not rank rows take neither.
         assert_eq!(sweep(SweepAsk { from_corpus: false, ..ask(262_144, 26) }), "plain");

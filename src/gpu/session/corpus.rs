@@ -121,6 +121,7 @@ impl GpuEngine {
             ranks: false,
             symmetric: Some(true),
             bounded: Some(false),
+            sorts: self.sort_select,
         })
         .ok()?;
         (tiles.symmetric && plan::two_sided_pays(&tiles, rows, split, cols, kc, self.tile_caps, self.budget()))

@@ -133,6 +133,7 @@ impl CorpusSession<'_> {
                 ranks,
                 symmetric: gpu.symmetric_graphs,
                 bounded: gpu.bounded_sweeps,
+                sorts: gpu.sort_select,
             }),
             Sides::Two { split } => gpu
                 .two_sided_tiles(nq, split, self.corpus.cols(), kc)
