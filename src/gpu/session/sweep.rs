@@ -13,6 +13,10 @@ use crate::gpu::kernels::{
 };
 use crate::gpu::sort::{Pairs, RadixSort, SortKey};
 use crate::plan::{self, TilePlan};
+use std::sync::Arc;
+
+/// Tile shapes whose sorts a set of tile buffers keeps planned (`CorpusSession::tile_sorts`).
+const MAX_KEPT_TILE_SORTS: usize = 8;
 use crate::refine::NONE;
 
 impl CorpusSession<'_> {
@@ -170,7 +174,7 @@ impl CorpusSession<'_> {
                 .collect();
             let mut column_binds = column_binds.iter();
             // The batch index sort's two sorts for each width of dense tile in this batch.
-            let sorted_tiles: Vec<(usize, [RadixSort; 2])> = if gpu.sort_select {
+            let sorted_tiles: Vec<(usize, Arc<[RadixSort; 2]>)> = if gpu.sort_select {
                 let mut widths: Vec<usize> = column_tiles.iter().flatten().map(|&(_, cols)| cols).collect();
                 widths.sort_unstable();
                 widths.dedup();
@@ -245,7 +249,8 @@ impl CorpusSession<'_> {
                     let sorts = sorted_tiles.iter().find(|(width, _)| *width == cols).map(|(_, sorts)| sorts);
                     match (sparse, sorts, &sort_select_bind) {
                         (true, _, _) => {}
-                        (false, Some([by_key, by_row]), Some(bind)) => {
+                        (false, Some(sorts), Some(bind)) => {
+                            let [by_key, by_row] = &**sorts;
                             let pairs = grid((rows * cols).div_ceil(256), gpu.max_groups);
                             let take = SortSelectParams {
                                 rows: rows as u32,
@@ -322,16 +327,26 @@ impl CorpusSession<'_> {
 
     /// The batch index sort's two sorts of a dense tile of `rows` x `cols` keys, in the
     /// select's auxiliary arrays: the keys with their positions, then, keeping that order,
-    /// the positions by row.
-    fn tile_sorts(&self, b: &TileBuffers, rows: usize, cols: usize) -> Result<[RadixSort; 2]> {
+    /// the positions by row. Planned once per tile shape and set of buffers.
+    fn tile_sorts(&self, b: &TileBuffers, rows: usize, cols: usize) -> Result<Arc<[RadixSort; 2]>> {
+        let mut kept = b.tile_sorts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, sorts)) = kept.iter().find(|(shape, _)| *shape == (rows, cols)) {
+            return Ok(sorts.clone());
+        }
         let gpu = self.gpu;
         let pairs = || Pairs { keys: &b.aux[0], values: &b.aux[1] };
         let scratch = || Some(Pairs { keys: &b.aux[2], values: &b.aux[3] });
         let row_bits = usize::BITS - (rows.max(2) - 1).leading_zeros();
-        Ok([
+        let sorts = Arc::new([
             gpu.plan_sort(pairs(), scratch(), rows * cols, SortKey::Float)?,
             gpu.plan_sort(pairs(), scratch(), rows * cols, SortKey::Bits(row_bits))?,
-        ])
+        ]);
+        // A sweep meets a few tile shapes (full, last, sparse widths); more are not kept.
+        if kept.len() == MAX_KEPT_TILE_SORTS {
+            kept.remove(0);
+        }
+        kept.push(((rows, cols), sorts.clone()));
+        Ok(sorts)
     }
 
     /// The batch index sort selector's bind group with the per-row arrays bound from state

@@ -107,7 +107,13 @@ pub(in crate::gpu) struct TileBuffers {
     pub(super) certify: Option<CertifyBuffers>,
     /// What each buffer holds (for a set reused by a later key, the sizes it was made with).
     pub(super) sizes: TileSizes,
+    /// The batch index sort selector's sorts of a tile, by its (rows, columns), planned in
+    /// `aux` on first use and kept while these buffers are (`CorpusSession::tile_sorts`).
+    pub(super) tile_sorts: std::sync::Mutex<Vec<TileSorts>>,
 }
+
+/// A tile's shape and the batch index sort selector's two sorts of it: by key, then by row.
+pub(super) type TileSorts = ((usize, usize), std::sync::Arc<[crate::gpu::sort::RadixSort; 2]>);
 
 /// Bytes of each buffer of a set of tile buffers, from its key (`TileBuffers::new`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -320,6 +326,7 @@ impl TileBuffers {
             },
             shared_keys: key.shares_mutual_keys(),
             sizes,
+            tile_sorts: Default::default(),
         })
     }
 }
