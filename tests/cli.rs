@@ -568,3 +568,37 @@ fn bench_distance_runs_on_the_gpu_and_checks_itself() {
     assert!(!said.contains("\"gpu_s\":null"), "profiling gives the kernel's time: {said}");
     fails(&["bench", "--what", "distance", "--rows", "4", "--cols", "10", "--backend", "cpu"], 1, &["GPU"]);
 }
+
+/// `--select sort` on `graph` and `search`, on the CPU and on the GPU (lavapipe in CI): the
+/// float64 answer, byte for byte the quick multi-select's output, and a status line that says
+/// which selector ran.
+#[test]
+fn select_sort_gives_the_quick_selects_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = sample(ROWS, 5);
+    let queries = sample(13, 6);
+    let (c, q) = (dir.path().join("corpus.fvecs"), dir.path().join("queries.fvecs"));
+    write_vecs(&c, &corpus, 4, |v| v.to_le_bytes().to_vec());
+    write_vecs(&q, &queries, 4, |v| v.to_le_bytes().to_vec());
+    for backend in ["cpu", "gpu"] {
+        let run = |select: &str, search: bool| {
+            let out = dir.path().join(format!("{backend}-{select}-{search}.npz"));
+            let mut args = vec!["graph", s(&c)];
+            if search {
+                args = vec!["search", s(&c), "--queries", s(&q)];
+            }
+            args.extend(["-k", "11", "--backend", backend, "--select", select, "-o", s(&out)]);
+            let status = ok(&args);
+            assert_eq!(status.contains("sort select"), select == "sort", "{args:?}: {status}");
+            out
+        };
+        for search in [false, true] {
+            let sorted = run("sort", search);
+            let wanted = if search { &queries } else { &corpus };
+            check_exact(&corpus, wanted, &read_npz(&sorted), !search);
+            let quick = run("quick", search);
+            assert_eq!(std::fs::read(&sorted).unwrap(), std::fs::read(&quick).unwrap(), "{backend}, search {search}");
+        }
+    }
+    fails(&["graph", s(&c), "-k", "3", "-o", "x.npz", "--select", "heap"], 2, &["--select", "heap"]);
+}
