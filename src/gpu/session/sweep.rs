@@ -13,11 +13,11 @@ use crate::gpu::kernels::{
 };
 use crate::gpu::sort::{Pairs, RadixSort, SortKey};
 use crate::plan::{self, TilePlan};
+use crate::refine::NONE;
 use std::sync::Arc;
 
 /// Tile shapes whose sorts a set of tile buffers keeps planned (`CorpusSession::tile_sorts`).
 const MAX_KEPT_TILE_SORTS: usize = 8;
-use crate::refine::NONE;
 
 impl CorpusSession<'_> {
     /// Starts the per-row state (of a query tile, or of every row in a symmetric sweep):
@@ -173,9 +173,12 @@ impl CorpusSession<'_> {
                 .map(|(r0, _)| self.select_bind(b, r0, kc, cap))
                 .collect();
             let mut column_binds = column_binds.iter();
-            // The batch index sort's two sorts for each width of dense tile in this batch.
+            // The batch index sort's two sorts for each width of dense tile in this batch (of a
+            // sparse sweep, only its first tile is dense).
             let sorted_tiles: Vec<(usize, Arc<[RadixSort; 2]>)> = if gpu.sort_select {
-                let mut widths: Vec<usize> = column_tiles.iter().flatten().map(|&(_, cols)| cols).collect();
+                let tiles_here = column_tiles.iter().flatten().enumerate();
+                let dense = tiles_here.filter(|&(i, _)| !tiles.sparse || (first_tile && i == 0));
+                let mut widths: Vec<usize> = dense.map(|(_, &(_, cols))| cols).collect();
                 widths.sort_unstable();
                 widths.dedup();
                 widths.into_iter().map(|cols| Ok((cols, self.tile_sorts(b, rows, cols)?))).collect::<Result<_>>()?
