@@ -8,8 +8,8 @@ use crate::error::{Error, Result};
 use crate::search::Select;
 
 /// Whether tiles' candidates are picked by the batch index sort rather than the quick
-/// multi-select. `Auto` takes the quick multi-select: the sort has not yet been measured to
-/// win at any k or tile shape (`notes/sort.md`).
+/// multi-select. `Auto` takes the quick multi-select: the sort selector has not won at any k
+/// or tile shape measured (`notes/sort.md`).
 pub(crate) fn sorts_tiles(select: Select) -> bool {
     match select {
         Select::Sort => true,
