@@ -47,6 +47,7 @@ mod error;
 #[doc(hidden)]
 pub mod gpu;
 pub mod io;
+mod lowdim;
 mod memory;
 mod metric;
 mod partition;
@@ -66,7 +67,7 @@ pub use gpu::{adapters, missing_gpu_hint, AdapterReport, GpuTimes};
 pub use memory::{available_host_memory, check_host_memory, host_memory_estimate};
 pub use metric::Metric;
 pub use partition::checkpoint::remove as remove_checkpoint;
-pub use search::{graph, search, Backend, Knn, Notice, Options, Progress, RunStats, Select, MAX_ROWS};
+pub use search::{graph, search, Algorithm, Backend, Knn, Notice, Options, Progress, RunStats, Select, MAX_ROWS};
 
 /// The complete WGSL modules knng builds, for shader validation tests.
 #[doc(hidden)]

@@ -15,6 +15,7 @@ use crate::gpu::{GpuEngine, GpuSettings, GpuTimes, MAX_CERTIFY_KC};
 use crate::metric::Metric;
 use crate::partition::{self, checkpoint, BlockPlan, RowSink};
 use crate::prepare::{self, RowStats};
+use crate::lowdim::kdtree::KdTreeJob;
 use crate::refine::{self, write_row, Candidates, Certify, Query, NONE};
 use crate::strategy::{self, Problem, Strategy};
 
@@ -73,6 +74,47 @@ impl FromStr for Select {
     }
 }
 
+/// Which algorithm finds the neighbours. The answer is the same whichever runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Algorithm {
+    /// The planner's choice: the kd-tree for euclidean and squared euclidean distances in
+    /// a few dimensions (see the README for the rule), brute force otherwise, and always
+    /// where [`Backend::Gpu`] is asked for.
+    #[default]
+    Auto,
+    /// Every distance computed, on the GPU (a matrix product and a select a tile) or on the
+    /// CPU's threads: any dimension, any metric.
+    Brute,
+    /// A kd-tree over the corpus, queried on the CPU's threads in float64: euclidean and
+    /// squared euclidean distances in 1 to 8 dimensions. Elsewhere brute force runs, and
+    /// [`Options::notice`] says so. Graphs that are partitioned ([`Options::block_rows`],
+    /// [`Options::checkpoint`], [`Options::cluster`]) are computed by brute force.
+    KdTree,
+}
+
+impl FromStr for Algorithm {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Algorithm::Auto),
+            "brute" => Ok(Algorithm::Brute),
+            "kdtree" | "kd-tree" | "kd_tree" => Ok(Algorithm::KdTree),
+            _ => Err(Error::arg("algorithm", format!("unknown algorithm {s:?}; expected auto, brute or kdtree"))),
+        }
+    }
+}
+
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Algorithm::Auto => "auto",
+            Algorithm::Brute => "brute force",
+            Algorithm::KdTree => "kd-tree",
+        })
+    }
+}
+
 /// Progress callback: `(done, total)` query rows.
 pub type Progress = Arc<dyn Fn(u64, u64) + Send + Sync>;
 
@@ -84,6 +126,9 @@ pub type Notice = Arc<dyn Fn(&str) + Send + Sync>;
 pub struct Options {
     /// Which engine to use.
     pub backend: Backend,
+    /// Which algorithm finds the neighbours (default: the planner's choice by dimension and
+    /// metric).
+    pub algorithm: Algorithm,
     /// GPU adapter to use: its index in [`adapters`](crate::adapters) or part of its name.
     pub adapter: Option<String>,
     /// Select and merge without subgroup operations even when the adapter has them.
@@ -185,6 +230,7 @@ impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Options")
             .field("backend", &self.backend)
+            .field("algorithm", &self.algorithm)
             .field("adapter", &self.adapter)
             .field("no_subgroups", &self.no_subgroups)
             .field("select", &self.select)
@@ -232,6 +278,8 @@ impl Options {
 /// How the last search or graph went: how often the fp32 candidates had to be widened.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RunStats {
+    /// The algorithm that ran: [`Algorithm::Brute`] or [`Algorithm::KdTree`].
+    pub algorithm: Algorithm,
     /// Candidate rounds run (1 when every row was proven exact at once).
     pub rounds: usize,
     /// Query rows that needed more than one round (many near-ties at their k-th neighbour).
@@ -445,19 +493,22 @@ impl Knn {
         }
         check_k(k, corpus.rows(), "the number of corpus rows")?;
         check_rows("corpus", corpus.rows())?;
+        let algorithm = self.choose_algorithm(metric, corpus.cols(), false);
         if let Some(c) = self.cluster() {
-            return self.search_shared(c, corpus, queries, shift, k, metric);
+            return self.search_shared(c, algorithm, corpus, queries, shift, k, metric);
         }
         let exclude = vec![NONE; queries.rows()];
-        self.run(&Task { corpus, queries, shift, exclude, k, metric, answers, on_disk: None })
+        self.run(&Task { algorithm, corpus, queries, shift, exclude, k, metric, answers, on_disk: None })
     }
 
     /// [`Knn::search`] over the ranks of a cluster: rank r answers the r-th of R equal runs of
     /// query rows against the whole corpus, and rank 0 receives the others' answers in order.
     /// The other ranks return an answer of no rows.
+    #[allow(clippy::too_many_arguments)]
     fn search_shared(
         &self,
         c: &dyn Cluster,
+        algorithm: Algorithm,
         corpus: MatrixRef<'_>,
         queries: MatrixRef<'_>,
         shift: Vec<f32>,
@@ -473,7 +524,7 @@ impl Knn {
             let queries = queries.slice_rows(mine.clone());
             let exclude = vec![NONE; queries.rows()];
             let answers = AnswerMemory::default();
-            self.run(&Task { corpus, queries, shift, exclude, k, metric, answers, on_disk: None })?
+            self.run(&Task { algorithm, corpus, queries, shift, exclude, k, metric, answers, on_disk: None })?
         };
         if c.rank() != 0 {
             let mut bytes = Vec::with_capacity(answer.indices.len() * 8);
@@ -644,8 +695,15 @@ impl Knn {
             ),
         };
         let problem = Problem { n: data.rows(), d: data.cols(), k };
+        let partitioned_asked = asked.block_rows.is_some() || asked.checkpoint || asked.ranks > 1;
+        let algorithm = self.choose_algorithm(metric, data.cols(), partitioned_asked);
+        // A kd-tree holds the whole data in host memory and answers every row there.
+        let strategy = match algorithm {
+            Algorithm::KdTree => Strategy::Single,
+            _ => strategy::choose(problem, workers.len(), asked),
+        };
         let mut on_disk = None;
-        match strategy::choose(problem, workers.len(), asked) {
+        match strategy {
             Strategy::Single => {}
             Strategy::SingleOnDisk => {
                 let dir = self.options.scratch.clone().unwrap_or_else(std::env::temp_dir);
@@ -662,7 +720,8 @@ impl Knn {
         crate::trace::mark(|| "validated, mean".into());
         let exclude: Vec<u32> =
             if self.options.include_self { vec![NONE; data.rows()] } else { (0..data.rows() as u32).collect() };
-        let task = Task { corpus: data, queries: data, shift, exclude, k, metric, answers, on_disk: on_disk.as_ref() };
+        let task =
+            Task { algorithm, corpus: data, queries: data, shift, exclude, k, metric, answers, on_disk: on_disk.as_ref() };
         let answer = self.run(&task)?;
         match &on_disk {
             None => Ok(Some(answer)),
@@ -759,7 +818,7 @@ impl Knn {
             scratch,
             cluster,
         };
-        let mut stats = RunStats { workers: workers.len(), ..RunStats::default() };
+        let mut stats = RunStats { algorithm: Algorithm::Brute, workers: workers.len(), ..RunStats::default() };
         let notice = |blocks: usize, done: usize| {
             if let (Some(notice), true) = (&self.options.notice, done > 0) {
                 notice(&format!("resuming: {done} of {blocks} blocks done"));
@@ -805,11 +864,57 @@ impl Knn {
         if task.on_disk.is_none() {
             crate::memory::check_host_memory(n, nq, d, task.k, 0, self.options.max_host_memory)?;
         }
-        let mut answer = self.run_any(task)?;
+        let mut answer = match task.algorithm {
+            Algorithm::KdTree => self.run_kd_tree(task)?,
+            _ => self.run_any(task)?,
+        };
         if self.options.include_self && task.metric != Metric::InnerProduct && task.on_disk.is_none() {
             put_self_first(0, answer.k, &mut answer.indices, &answer.distances);
         }
         Ok(answer)
+    }
+
+    /// The algorithm for a problem of `d` columns under `metric` (`partitioned`: the caller
+    /// asked for a partitioned graph), told through [`Options::notice`] where it is not brute
+    /// force or where the kd-tree asked for cannot run.
+    fn choose_algorithm(&self, metric: Metric, d: usize, partitioned: bool) -> Algorithm {
+        let asked = strategy::AlgorithmAsked {
+            algorithm: self.options.algorithm,
+            metric,
+            d,
+            gpu: self.is_gpu(),
+            gpu_forced: self.options.backend == Backend::Gpu,
+            partitioned,
+        };
+        let (chosen, why) = strategy::choose_algorithm(asked);
+        if let (Some(notice), Some(why)) = (&self.options.notice, why) {
+            notice(&why);
+        }
+        chosen
+    }
+
+    /// [`Knn::run`] by the kd-tree.
+    fn run_kd_tree(&self, task: &Task<'_>) -> Result<Neighbors> {
+        let started = std::time::Instant::now();
+        let (nq, k) = (task.queries.rows(), task.k);
+        let (mut indices, mut distances) = task.answers.take(nq * k);
+        let progress = self.options.progress.clone();
+        let report = move |done: usize| {
+            if let Some(p) = &progress {
+                p(done as u64, nq as u64)
+            }
+        };
+        let job = KdTreeJob { corpus: task.corpus, queries: task.queries, exclude: &task.exclude, k, metric: task.metric };
+        crate::lowdim::kdtree::knn(&job, &mut indices, &mut distances, &report)?;
+        let stats = RunStats {
+            algorithm: Algorithm::KdTree,
+            rounds: 1,
+            candidate_seconds: started.elapsed().as_secs_f64(),
+            workers: 1,
+            ..RunStats::default()
+        };
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
+        Ok(Neighbors { indices, distances, queries: nq, k })
     }
 
     fn run_any(&self, task: &Task<'_>) -> Result<Neighbors> {
@@ -857,7 +962,8 @@ impl Knn {
         let mut kc = initial_candidates(k);
         let total = nq as u64;
 
-        let mut stats = RunStats { prepare_seconds: started.elapsed().as_secs_f64(), ..RunStats::default() };
+        let mut stats =
+            RunStats { algorithm: Algorithm::Brute, prepare_seconds: started.elapsed().as_secs_f64(), ..RunStats::default() };
         // With the answers on disk: rows whose answers are in memory rather than there.
         let mut rewritten: Vec<usize> = Vec::new();
         let ranked_to_disk = std::sync::atomic::AtomicUsize::new(0);
@@ -1073,6 +1179,8 @@ struct Blocks {
 /// One validated search: every query's `k` nearest corpus rows, `exclude` per query a corpus
 /// row that may not be its answer (itself, in a graph) or `NONE`.
 struct Task<'a> {
+    /// [`Algorithm::Brute`] or [`Algorithm::KdTree`], as chosen.
+    algorithm: Algorithm,
     corpus: MatrixRef<'a>,
     queries: MatrixRef<'a>,
     /// From `prepare::validate_corpus`.

@@ -1,9 +1,71 @@
-//! The planner's first decision: one pass over the whole data on one engine, or the
+//! The planner's first decisions: which algorithm (brute force, or a kd-tree for data of a
+//! few dimensions), then for brute force one pass over the whole data on one engine, or the
 //! partitioned graph of P x P blocks dealt to several workers.
 
+use crate::lowdim::kdtree;
 use crate::memory;
+use crate::metric::Metric;
+use crate::search::Algorithm;
 use crate::partition::BlockPlan;
 use crate::plan::ALIGN_ROWS;
+
+/// Most dimensions for which [`Algorithm::Auto`] takes the kd-tree where the engine is the
+/// CPU: there brute force costs n^2 d and the tree about n log n 2^d (`notes/lowdim.md`).
+const AUTO_KD_TREE_DIM_CPU: usize = 6;
+
+/// Most dimensions for which [`Algorithm::Auto`] takes the kd-tree, on the host's threads,
+/// where the engine is a GPU that the caller did not ask for by name (`notes/lowdim.md`).
+const AUTO_KD_TREE_DIM_GPU: usize = 5;
+
+/// What the caller asked for that bears on the algorithm.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AlgorithmAsked {
+    /// `Options::algorithm`.
+    pub algorithm: Algorithm,
+    pub metric: Metric,
+    /// Columns of the data.
+    pub d: usize,
+    /// The engine is a GPU.
+    pub gpu: bool,
+    /// The caller asked for the GPU backend ([`crate::Backend::Gpu`]): `Auto` then keeps the
+    /// work on it.
+    pub gpu_forced: bool,
+    /// The caller asked for a partitioned graph (blocks, a checkpoint, ranks of a cluster),
+    /// which only brute force computes.
+    pub partitioned: bool,
+}
+
+/// The algorithm that runs, [`Algorithm::Brute`] or [`Algorithm::KdTree`], and a message for
+/// the user where it is not brute force or differs from the one asked for.
+pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<String>) {
+    let AlgorithmAsked { algorithm, metric, d, gpu, gpu_forced, partitioned } = asked;
+    let tree_takes = kdtree::handles(metric, d);
+    let chosen = |why: String| (Algorithm::KdTree, Some(format!("algorithm: kd-tree on the CPU's threads ({why})")));
+    match algorithm {
+        Algorithm::Brute => (Algorithm::Brute, None),
+        Algorithm::KdTree if partitioned => (
+            Algorithm::Brute,
+            Some("algorithm: brute force, as the kd-tree does not partition a graph into blocks".into()),
+        ),
+        Algorithm::KdTree if !tree_takes => (
+            Algorithm::Brute,
+            Some(format!(
+                "algorithm: brute force, as the kd-tree takes euclidean and sqeuclidean distances in 1 to {} \
+                 dimensions, not {metric} in {d}",
+                kdtree::MAX_DIM
+            )),
+        ),
+        Algorithm::KdTree => chosen("asked for".into()),
+        Algorithm::Auto => {
+            let most = if gpu { AUTO_KD_TREE_DIM_GPU } else { AUTO_KD_TREE_DIM_CPU };
+            if tree_takes && !partitioned && !gpu_forced && d <= most {
+                chosen(format!("{d} dimension{}, {metric}", if d == 1 { "" } else { "s" }))
+            } else {
+                (Algorithm::Brute, None)
+            }
+        }
+    }
+}
 
 /// How a graph is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,6 +199,45 @@ pub(crate) fn choose(p: Problem, workers: usize, asked: Asked) -> Strategy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn algorithm(algorithm: Algorithm, metric: Metric, d: usize, gpu: bool, partitioned: bool) -> (Algorithm, bool) {
+        let (chosen, note) = choose_algorithm(AlgorithmAsked { algorithm, metric, d, gpu, gpu_forced: false, partitioned });
+        (chosen, note.is_some())
+    }
+
+    #[test]
+    fn auto_keeps_a_forced_gpu_backend_on_the_gpu() {
+        let asked = |algorithm| AlgorithmAsked { algorithm, metric: Metric::Euclidean, d: 2, gpu: true, gpu_forced: true, partitioned: false };
+        assert_eq!(choose_algorithm(asked(Algorithm::Auto)), (Algorithm::Brute, None));
+        assert_eq!(choose_algorithm(asked(Algorithm::KdTree)).0, Algorithm::KdTree);
+    }
+
+    #[test]
+    fn auto_takes_the_kd_tree_for_few_dimensions_and_euclidean_distances() {
+        use Algorithm::{Auto, Brute, KdTree};
+        for metric in [Metric::Euclidean, Metric::SqEuclidean] {
+            assert_eq!(algorithm(Auto, metric, 2, false, false), (KdTree, true));
+            assert_eq!(algorithm(Auto, metric, AUTO_KD_TREE_DIM_CPU, false, false), (KdTree, true));
+            assert_eq!(algorithm(Auto, metric, AUTO_KD_TREE_DIM_CPU + 1, false, false), (Brute, false));
+            assert_eq!(algorithm(Auto, metric, AUTO_KD_TREE_DIM_GPU, true, false), (KdTree, true));
+            assert_eq!(algorithm(Auto, metric, AUTO_KD_TREE_DIM_GPU + 1, true, false), (Brute, false));
+            assert_eq!(algorithm(Auto, metric, 2, false, true), (Brute, false));
+        }
+        for metric in [Metric::Cosine, Metric::Correlation, Metric::InnerProduct] {
+            assert_eq!(algorithm(Auto, metric, 2, false, false), (Brute, false));
+        }
+        assert_eq!(algorithm(Auto, Metric::Euclidean, 128, true, false), (Brute, false));
+    }
+
+    #[test]
+    fn a_kd_tree_asked_for_runs_where_it_can_and_says_why_where_it_cannot() {
+        use Algorithm::{Brute, KdTree};
+        assert_eq!(algorithm(KdTree, Metric::Euclidean, kdtree::MAX_DIM, true, false), (KdTree, true));
+        assert_eq!(algorithm(KdTree, Metric::Euclidean, kdtree::MAX_DIM + 1, false, false), (Brute, true));
+        assert_eq!(algorithm(KdTree, Metric::Cosine, 2, false, false), (Brute, true));
+        assert_eq!(algorithm(KdTree, Metric::Euclidean, 2, false, true), (Brute, true));
+        assert_eq!(algorithm(Brute, Metric::Euclidean, 2, false, false), (Brute, false));
+    }
 
     const LISTED: Asked = Asked {
         block_rows: None,

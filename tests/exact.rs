@@ -8,10 +8,10 @@
 mod common;
 
 use common::{
-    bounded_cases, cases, check, large_corpus_cases, larger_cases, long_list_cases, published_cases, same_shape_cases,
-    sparse_cases, symmetric_cases, Case,
+    bounded_cases, cases, check, large_corpus_cases, larger_cases, long_list_cases, lowdim_cases, published_cases,
+    same_shape_cases, sparse_cases, symmetric_cases, Case,
 };
-use knng::{Backend, Knn, Metric, Options, Select};
+use knng::{Algorithm, Backend, Knn, Metric, Options, Select};
 use rand::{Rng, SeedableRng};
 
 /// `default_budget`: the engine runs with the default memory budget, so every case's corpus
@@ -120,9 +120,70 @@ fn gpu_engine(options: Options) -> Option<Knn> {
 /// several tiles, and every row's candidates merged across distance tiles.
 const TINY_BUDGET: u64 = 48 << 10;
 
+/// Whether the kd-tree takes `case` (euclidean or sqeuclidean, at most 8 columns).
+fn kd_tree_takes(case: &Case) -> bool {
+    matches!(case.metric, Metric::Euclidean | Metric::SqEuclidean) && case.corpus.cols() <= 8
+}
+
+/// The kd-tree on the low-dimensional table and on the general one, where it runs wherever
+/// it can and brute force runs elsewhere.
+#[test]
+fn kd_tree_matches_float64_oracle() {
+    let knn = Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::KdTree, ..Options::default() }).unwrap();
+    for table in [lowdim_cases(), cases()] {
+        let took: Vec<(String, bool)> = table.iter().map(|c| (c.name.clone(), kd_tree_takes(c))).collect();
+        assert!(took.iter().filter(|t| t.1).count() >= 10, "too few cases for the kd-tree");
+        let runs = run_cases(&knn, table, false, false);
+        for ((name, takes), stats) in took.iter().zip(runs) {
+            let expected = if *takes { Algorithm::KdTree } else { Algorithm::Brute };
+            assert_eq!(stats.algorithm, expected, "{name}");
+        }
+    }
+}
+
+/// The kd-tree counting each point as its own nearest neighbour (first in its list, before
+/// its duplicates), and writing into lent arrays.
+#[test]
+fn kd_tree_lists_self_first_and_fills_lent_arrays() {
+    let options = Options { backend: Backend::Cpu, algorithm: Algorithm::KdTree, include_self: true, ..Options::default() };
+    let knn = Knn::new(options).unwrap();
+    for case in lowdim_cases().into_iter().filter(|c| c.queries.is_none()) {
+        let mut lent = knn.graph(case.corpus.view(), 3, case.metric).unwrap();
+        knn.graph_into(case.corpus.view(), case.k, case.metric, &mut lent).unwrap();
+        assert_eq!(knn.last_run().algorithm, Algorithm::KdTree, "{}", case.name);
+        // Each row first, then its k - 1 nearest others.
+        let (n, k) = (case.corpus.rows(), case.k);
+        let mut others = knng::Neighbors { queries: n, k: k - 1, ..Default::default() };
+        for row in 0..n {
+            assert_eq!(lent.indices_of(row)[0] as usize, row, "{}: row {row} does not come first", case.name);
+            assert_eq!(lent.distances_of(row)[0], 0.0, "{}: row {row}", case.name);
+            others.indices.extend_from_slice(&lent.indices_of(row)[1..]);
+            others.distances.extend_from_slice(&lent.distances_of(row)[1..]);
+        }
+        if k > 1 {
+            check(&case.name, &case.corpus, &case.corpus, k - 1, case.metric, true, &others);
+        }
+    }
+}
+
+/// The low-dimensional table on the brute-force engines: the CPU, the GPU with subgroups
+/// (where the adapter has them) and without.
+#[test]
+fn brute_force_on_low_dimensional_data_matches_float64_oracle() {
+    let cpu = Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Brute, ..Options::default() }).unwrap();
+    let mut engines = vec![cpu];
+    engines.extend(gpu(false, None));
+    engines.push(gpu(true, None).expect("the workgroup select runs on every adapter"));
+    for knn in engines {
+        for stats in run_cases(&knn, lowdim_cases(), false, false) {
+            assert_eq!(stats.algorithm, Algorithm::Brute, "{}", knn.description());
+        }
+    }
+}
+
 #[test]
 fn cpu_backend_matches_float64_oracle() {
-    let knn = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
+    let knn = Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Brute, ..Options::default() }).unwrap();
     assert!(!knn.is_gpu());
     run_table(&knn, true);
 }
@@ -166,7 +227,7 @@ const NARROW_TILE: usize = 384;
 
 #[test]
 fn cpu_backend_larger_cases() {
-    let knn = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
+    let knn = Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Brute, ..Options::default() }).unwrap();
     run_cases(&knn, larger_cases(), false, false);
 }
 
@@ -192,7 +253,7 @@ fn large_corpora_match_float64_oracle() {
 /// `cases` at the default budget on the CPU, the GPU with subgroups (where the adapter has
 /// them) and the GPU without: one engine each, for all the cases in turn.
 fn run_on_every_backend(cases: fn() -> Vec<Case>) {
-    let cpu = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
+    let cpu = Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Brute, ..Options::default() }).unwrap();
     run_cases(&cpu, cases(), true, false);
     if let Some(knn) = gpu(false, None) {
         run_cases(&knn, cases(), true, false);
@@ -284,6 +345,7 @@ fn cpu_backend_symmetric_graphs() {
     let engine = |symmetric: bool| {
         Knn::new(Options {
             backend: Backend::Cpu,
+            algorithm: Algorithm::Brute,
             symmetric_graphs: Some(symmetric),
             progress: Some(progress.clone()),
             ..Options::default()
@@ -429,7 +491,7 @@ fn gpu_workgroup_select_symmetric_graphs() {
 /// storage (`knng info`: MAPPABLE_PRIMARY_BUFFERS), and must arrive whole and in place.
 #[test]
 fn answers_published_during_the_next_tile_match_float64_oracle() {
-    let cpu = Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap();
+    let cpu = Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Brute, ..Options::default() }).unwrap();
     run_cases(&cpu, published_cases(), true, false);
     for no_subgroups in [false, true] {
         let Some(knn) = gpu_engine(Options {
@@ -489,7 +551,7 @@ fn run_lent(knn: &Knn) {
 
 #[test]
 fn answers_written_into_lent_arrays_match_float64_oracle() {
-    run_lent(&Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap());
+    run_lent(&Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Brute, ..Options::default() }).unwrap());
     if let Some(knn) = gpu(false, None) {
         run_lent(&knn);
     }
@@ -505,7 +567,7 @@ fn duplicates_are_exactly_zero_apart_under_correlation() {
     let distinct: Vec<Vec<f32>> = (0..300).map(|_| (0..24).map(|_| rng.random_range(-3.0f32..3.0)).collect()).collect();
     let rows: Vec<&Vec<f32>> = distinct.iter().flat_map(|r| [r, r, r]).collect();
     let corpus = knng::Matrix::from_rows(&rows).unwrap();
-    let mut engines = vec![Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap()];
+    let mut engines = vec![Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Brute, ..Options::default() }).unwrap()];
     engines.extend(gpu(false, None));
     engines.push(gpu(true, None).expect("the workgroup select runs on every adapter"));
     for knn in &engines {
@@ -656,7 +718,7 @@ fn gpu_graphs_with_answers_on_disk() {
 /// One engine of each backend with `select`: the CPU, and the GPU with and without subgroups
 /// (`None` where the subgroup path is skipped, as [`gpu_engine`] allows), under `budget`.
 fn engines_selecting(select: Select, budget: Option<u64>) -> Vec<Knn> {
-    let cpu = Knn::new(Options { backend: Backend::Cpu, select, ..Options::default() }).unwrap();
+    let cpu = Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Brute, select, ..Options::default() }).unwrap();
     let mut engines = vec![cpu];
     for no_subgroups in [false, true] {
         let options = Options {

@@ -269,6 +269,79 @@ pub fn cases() -> Vec<Case> {
     out
 }
 
+/// Low-dimensional data, for the kd-tree (and every other engine): 1 to 6 dimensions,
+/// uniform, exponential and clustered points, many rows sharing coordinates, lattices whose
+/// distances tie in long runs, a large common offset, and k up to 1000.
+pub fn lowdim_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(20261126);
+    let mut out = Vec::new();
+    let mut add = |name: String, corpus: Matrix, queries: Option<Matrix>, k: usize, metric: Metric| {
+        out.push(Case { name, corpus, queries, k, metric });
+    };
+    let exponential = |rng: &mut StdRng, n: usize, d: usize| {
+        let data = (0..n * d).map(|_| -(1.0f32 - rng.random_range(0.0f32..1.0)).ln()).collect();
+        Matrix::new(data, n, d).unwrap()
+    };
+    // Gaussian-like blobs (sums of uniforms) of very different spreads.
+    let clustered = |rng: &mut StdRng, n: usize, d: usize| {
+        let centres: Vec<(f32, f32)> = (0..5).map(|c| (rng.random_range(-50.0f32..50.0), 10f32.powi(-c))).collect();
+        let data = (0..n)
+            .flat_map(|i| {
+                let (centre, spread) = centres[i % centres.len()];
+                (0..d)
+                    .map(|_| centre + spread * (0..4).map(|_| rng.random_range(-1.0f32..1.0)).sum::<f32>())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        Matrix::new(data, n, d).unwrap()
+    };
+    // Points rounded to a coarse grid: most rows share their coordinates with others, some
+    // with dozens.
+    let rounded = |rng: &mut StdRng, n: usize, d: usize, step: f32| {
+        let data = (0..n * d).map(|_| (rng.random_range(-1.0f32..1.0) / step).round() * step).collect();
+        Matrix::new(data, n, d).unwrap()
+    };
+    for d in 1..=6 {
+        let metric = if d % 2 == 0 { Metric::Euclidean } else { Metric::SqEuclidean };
+        let m = metric.name();
+        add(format!("{m}: uniform d={d} k=10"), random(&mut rng, 700, d, 0.0), None, 10, metric);
+        add(format!("{m}: exponential d={d} k=25"), exponential(&mut rng, 600, d), None, 25, metric);
+        add(format!("{m}: clustered d={d} k=7"), clustered(&mut rng, 500, d), None, 7, metric);
+        add(format!("{m}: lattice ties d={d} k=12"), lattice(&mut rng, 400, d, 4, 0.0), None, 12, metric);
+        add(format!("{m}: shared coordinates d={d} k=9"), rounded(&mut rng, 500, d, 0.5), None, 9, metric);
+    }
+    let metric = Metric::Euclidean;
+    add("euclidean: 300 copies of one point and 20 others, k=40".into(), {
+        let mut rows = vec![vec![0.25f32, -3.0]; 300];
+        rows.extend((0..20).map(|i| vec![i as f32, 1.0]));
+        Matrix::from_rows(&rows).unwrap()
+    }, None, 40, metric);
+    add("euclidean: lon/lat pairs with duplicates".into(), {
+        let m = lon_lat(&mut rng, 400).into_vec();
+        let rows: Vec<Vec<f32>> = (0..600).map(|i| m[(i % 400) * 2..(i % 400) * 2 + 2].to_vec()).collect();
+        Matrix::from_rows(&rows).unwrap()
+    }, None, 11, metric);
+    add("euclidean: offset 1000 lattice d=3".into(), lattice(&mut rng, 300, 3, 5, 1000.0), None, 20, metric);
+    add("euclidean: sorted line, k=1000".into(), sorted_line(&mut rng, 1200), None, 1000, metric);
+    add("sqeuclidean: uniform d=2, k=n-1".into(), random(&mut rng, 150, 2, 0.0), None, 149, Metric::SqEuclidean);
+    add(
+        "euclidean: search d=3 among shared coordinates, k=30".into(),
+        rounded(&mut rng, 800, 3, 0.25),
+        Some(rounded(&mut rng, 90, 3, 0.25)),
+        30,
+        metric,
+    );
+    add(
+        "euclidean: search d=2 exponential, k=n".into(),
+        exponential(&mut rng, 60, 2),
+        Some(exponential(&mut rng, 40, 2)),
+        60,
+        metric,
+    );
+    add("euclidean: rows of 1e-25, d=2".into(), scaled(random(&mut rng, 200, 2, 0.0), 1e-25), None, 6, metric);
+    out
+}
+
 /// Fewer, larger cases: several distance tiles per row under a small budget, large k.
 /// Graphs for the symmetric sweep, where each row also gathers candidates from later rows as
 /// a column. The second puts every row of its first query tiles far apart and the rest in a

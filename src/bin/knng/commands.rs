@@ -52,6 +52,7 @@ impl EngineArgs {
         });
         let options = Options {
             backend: self.backend,
+            algorithm: self.algorithm,
             adapter: self.adapter.clone(),
             no_subgroups: self.no_subgroups,
             select: self.select,
@@ -262,6 +263,9 @@ fn finish(engine: &EngineArgs, knn: &Knn, summary: String, rows: usize, elapsed:
     }
     if stats.rows_ranked_to_disk > 0 {
         widened += ", answers held on disk until written";
+    }
+    if stats.algorithm == knng::Algorithm::KdTree {
+        widened += ", by the kd-tree";
     }
     engine.status(format!(
         "{summary} in {} ({:.0} rows/s{widened}); wrote {}",

@@ -134,9 +134,10 @@ pub fn bench(a: BenchArgs) -> Outcome {
     if a.json {
         say(format!(
             "{{\"what\":\"{what}\",\"n\":{n},\"queries\":{nq},\"d\":{d},\"k\":{k},\"metric\":\"{metric}\",\
-             \"backend\":{},\"init_s\":{init:.6},\"seconds\":{best:.6},\"first_s\":{first:.6},\"fresh_answers\":{},\"repeat\":{},\"rows_per_s\":{:.1},\
+             \"algorithm\":\"{}\",\"backend\":{},\"init_s\":{init:.6},\"seconds\":{best:.6},\"first_s\":{first:.6},\"fresh_answers\":{},\"repeat\":{},\"rows_per_s\":{:.1},\
              \"gflops\":{gflops:.3},\"rounds\":{},\"rows_widened\":{},\"rows_brute_forced\":{},\
              \"rows_in_symmetric_blocks\":{},\"rows_in_bounded_sweeps\":{},\"rows_overflowed\":{},\"blocks\":{},\"pair_blocks_once\":{},\"tile_buffer_allocations\":{},\"prepare_s\":{:.6},\"candidates_s\":{:.6},\"refine_s\":{:.6},\"gpu\":{}}}",
+            stats.algorithm,
             json_string(&knn.description()),
             a.fresh_answers,
             a.repeat,
@@ -157,8 +158,9 @@ pub fn bench(a: BenchArgs) -> Outcome {
         ));
     } else {
         say(format!(
-            "{what} n={n} queries={nq} d={d} k={k} {metric} | {} | init {} | {} (first of {}: {}) | {:.0} rows/s \
+            "{what} n={n} queries={nq} d={d} k={k} {metric} | {} | {} | init {} | {} (first of {}: {}) | {:.0} rows/s \
              | {gflops:.1} GFLOP/s | prepare {} candidates {} refine {} (last run)",
+            stats.algorithm,
             knn.description(),
             seconds(init),
             seconds(best),

@@ -66,6 +66,12 @@ struct EngineArgs {
     /// a device). Setting it partitions the graph even on one device.
     #[arg(long, value_name = "ROWS", value_parser = at_least(1))]
     block_rows: Option<u64>,
+    /// How the neighbours are found: brute (every distance computed, on the GPU or the CPU),
+    /// kdtree (a kd-tree on the CPU's threads: euclidean and sqeuclidean, 1 to 8 dimensions),
+    /// or auto (the kd-tree for few dimensions, brute force otherwise). The answer is the
+    /// same.
+    #[arg(long, default_value = "auto", value_name = "auto|brute|kdtree")]
+    algorithm: knng::Algorithm,
     /// Use the select without subgroup operations (its merge has no ballots) even where the
     /// adapter has them.
     #[arg(long)]

@@ -1,0 +1,188 @@
+//! Exact k nearest neighbours by a kd-tree on the CPU's threads (kiddo), for euclidean and
+//! squared euclidean distances in a few dimensions.
+//!
+//! The answer is the float64 brute force's, ties included: every key that decides a row is
+//! the one the exact finish computes (`Metric::rank_key_f64` on the original f32 rows), and a
+//! row's neighbours are the first k by (key, index). The tree holds each distinct point once,
+//! with the rows that share it listed by index, so that data where thousands of rows share a
+//! coordinate costs no more than data where none do.
+
+use std::num::NonZero;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use kiddo::{ImmutableKdTree, SquaredEuclidean};
+use rayon::prelude::*;
+
+use crate::data::MatrixRef;
+use crate::error::{Error, Result};
+use crate::metric::Metric;
+use crate::refine::{write_row, NONE};
+
+/// Most dimensions the tree takes: each count is a tree type of its own.
+pub(crate) const MAX_DIM: usize = 8;
+
+/// Relative error allowed between kiddo's float64 squared distance and the exact finish's,
+/// which may add the same terms in another order: far above the few units in the last place
+/// that `MAX_DIM` terms can differ by.
+const KEY_SLACK: f64 = 1e-12;
+
+/// Query rows handed to a thread at a time, and between progress reports.
+const ROWS_PER_TASK: usize = 2048;
+
+/// One kd-tree problem: the `k` nearest rows of `corpus` for every row of `queries`, row
+/// `exclude[i]` of the corpus left out of query i's list (`NONE`: none).
+pub(crate) struct KdTreeJob<'a> {
+    pub corpus: MatrixRef<'a>,
+    pub queries: MatrixRef<'a>,
+    pub exclude: &'a [u32],
+    pub k: usize,
+    pub metric: Metric,
+}
+
+/// Whether the kd-tree computes `metric` in `d` dimensions.
+pub(crate) fn handles(metric: Metric, d: usize) -> bool {
+    matches!(metric, Metric::Euclidean | Metric::SqEuclidean) && (1..=MAX_DIM).contains(&d)
+}
+
+/// Writes the answer of `job` into `indices` and `distances` (k a query row, row-major),
+/// calling `report` with the number of query rows finished as they finish.
+pub(crate) fn knn(job: &KdTreeJob<'_>, indices: &mut [u32], distances: &mut [f32], report: &(dyn Fn(usize) + Sync)) -> Result<()> {
+    let d = job.corpus.cols();
+    if !handles(job.metric, d) {
+        return Err(Error::arg("algorithm", format!("the kd-tree takes euclidean and sqeuclidean distances in 1 to {MAX_DIM} dimensions, not {} in {d}", job.metric)));
+    }
+    macro_rules! by_dim {
+        ($($k:literal)*) => {
+            match d {
+                $($k => knn_in::<$k>(job, indices, distances, report),)*
+                _ => unreachable!("checked by `handles`"),
+            }
+        };
+    }
+    by_dim!(1 2 3 4 5 6 7 8)
+}
+
+/// The distinct points of a corpus, each with the rows that share it.
+struct DistinctPoints<const K: usize> {
+    points: Vec<[f64; K]>,
+    /// Rows of point p: `rows[first[p]..first[p + 1]]`, ascending.
+    rows: Vec<u32>,
+    first: Vec<u32>,
+}
+
+impl<const K: usize> DistinctPoints<K> {
+    fn of(corpus: MatrixRef<'_>) -> Self {
+        // -0.0 and +0.0 are one coordinate (their distance is 0): `+ 0.0` makes both +0.0.
+        let coords = |i: usize| -> [f32; K] { std::array::from_fn(|c| corpus.row(i)[c] + 0.0) };
+        let mut keyed: Vec<([u32; K], u32)> =
+            (0..corpus.rows()).into_par_iter().map(|i| (coords(i).map(f32::to_bits), i as u32)).collect();
+        // By coordinates, then row: equal points become runs, each in row order.
+        keyed.par_sort_unstable();
+        let mut points = Vec::new();
+        let mut first = Vec::new();
+        for (at, (bits, _)) in keyed.iter().enumerate() {
+            if at == 0 || keyed[at - 1].0 != *bits {
+                points.push(bits.map(|b| f64::from(f32::from_bits(b))));
+                first.push(at as u32);
+            }
+        }
+        first.push(keyed.len() as u32);
+        DistinctPoints { points, rows: keyed.into_iter().map(|(_, row)| row).collect(), first }
+    }
+
+    fn rows_of(&self, p: usize) -> &[u32] {
+        &self.rows[self.first[p] as usize..self.first[p + 1] as usize]
+    }
+}
+
+fn knn_in<const K: usize>(
+    job: &KdTreeJob<'_>,
+    indices: &mut [u32],
+    distances: &mut [f32],
+    report: &(dyn Fn(usize) + Sync),
+) -> Result<()> {
+    let distinct = DistinctPoints::<K>::of(job.corpus);
+    let tree: ImmutableKdTree<f64, K> = ImmutableKdTree::new_from_slice_parallel(&distinct.points)
+        .map_err(|e| Error::arg("algorithm", format!("the kd-tree cannot hold this corpus: {e}")))?;
+    let k = job.k;
+    let done = AtomicUsize::new(0);
+    indices.par_chunks_mut(ROWS_PER_TASK * k).zip(distances.par_chunks_mut(ROWS_PER_TASK * k)).enumerate().for_each(
+        |(task, (ids, dists))| {
+            let first = task * ROWS_PER_TASK;
+            let mut scratch = Scratch::default();
+            for (r, (ids, dists)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate() {
+                let i = first + r;
+                let answer = nearest(job, &distinct, &tree, i, &mut scratch);
+                write_row(job.metric, answer.iter().copied(), ids, dists);
+            }
+            report(done.fetch_add(ids.len() / k, Ordering::Relaxed) + ids.len() / k);
+        },
+    );
+    Ok(())
+}
+
+/// Buffers a thread reuses from row to row.
+#[derive(Default)]
+struct Scratch {
+    /// (key, distinct point) of the points the tree returned, ascending by key.
+    points: Vec<(f64, usize)>,
+    /// (key, row) of the answer.
+    answer: Vec<(f64, u32)>,
+}
+
+/// The `k` nearest rows of query row `i`, ascending by (key, row).
+fn nearest<'s, const K: usize>(
+    job: &KdTreeJob<'_>,
+    distinct: &DistinctPoints<K>,
+    tree: &ImmutableKdTree<f64, K>,
+    i: usize,
+    scratch: &'s mut Scratch,
+) -> &'s [(f64, u32)] {
+    let (k, excluded) = (job.k, job.exclude[i]);
+    let query_row = job.queries.row(i);
+    let query: [f64; K] = std::array::from_fn(|c| f64::from(query_row[c]));
+    let key_of = |p: usize| job.metric.rank_key_f64(query_row, job.corpus.row(distinct.rows_of(p)[0] as usize));
+    // Rows of point p in the answer: all but the excluded one (found by bisection, since a
+    // point may have many rows).
+    let rows_of = |p: usize| {
+        let rows = distinct.rows_of(p);
+        rows.len() - usize::from(rows.binary_search(&excluded).is_ok())
+    };
+    let total = distinct.points.len();
+    // Distinct points to ask for: enough for k rows plus one beyond, to show where the k-th
+    // key ends, where no two rows share a point; more while the k-th key is not proven.
+    let mut asked = (k + usize::from(excluded != NONE) + 1).min(total);
+    let kth_key = loop {
+        let found = tree.query(&query).nearest_n::<SquaredEuclidean<f64>>(NonZero::new(asked).expect("k >= 1")).execute();
+        scratch.points.clear();
+        scratch.points.extend(found.iter().map(|f| (key_of(f.item as usize), f.item as usize)));
+        scratch.points.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut rows = 0;
+        let kth = scratch.points.iter().find_map(|&(key, p)| {
+            rows += rows_of(p);
+            (rows >= k).then_some(key)
+        });
+        // Every point the tree did not return is at least as far as the farthest it did,
+        // by kiddo's keys: by the exact keys, beyond the k-th once that is below the farthest
+        // by more than the two may differ.
+        let farthest = scratch.points.last().map_or(0.0, |p| p.0);
+        match kth {
+            Some(kth) if asked == total || kth < farthest * (1.0 - 2.0 * KEY_SLACK) => break kth,
+            // Fewer than k rows in all (not reached while k is at most the rows available).
+            None if asked == total => break f64::INFINITY,
+            _ => asked = (2 * asked).min(total),
+        }
+    };
+    // Every row of a point nearer than the k-th key, and of the points at it the first rows
+    // by index: the k wanted among those tied at the k-th key are the lowest.
+    scratch.answer.clear();
+    let before: usize = scratch.points.iter().take_while(|p| p.0 < kth_key).map(|&(_, p)| rows_of(p)).sum();
+    for &(key, p) in scratch.points.iter().take_while(|p| p.0 <= kth_key) {
+        let rows = distinct.rows_of(p).iter().filter(|&&row| row != excluded);
+        let take = if key < kth_key { usize::MAX } else { k - before };
+        scratch.answer.extend(rows.take(take).map(|&row| (key, row)));
+    }
+    scratch.answer.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    scratch.answer.truncate(k);
+    &scratch.answer
+}
