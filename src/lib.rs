@@ -28,6 +28,8 @@
 //!
 //! [`Backend::Auto`] (the default) uses a hardware GPU when wgpu finds one and the CPU
 //! otherwise; [`Backend::Gpu`] also accepts software adapters such as Mesa's lavapipe.
+//! Data of a few dimensions under euclidean distances (as above) is answered by an exact
+//! kd-tree on the CPU's threads unless [`Options::algorithm`] says otherwise ([`Algorithm`]).
 //!
 //! # Exactness
 //!

@@ -12,10 +12,10 @@ use crate::data::{AnswerMemory, FinishedRows, Matrix, MatrixRef, Neighbors};
 use crate::engine::{retry_smaller, Engine};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuEngine, GpuSettings, GpuTimes, MAX_CERTIFY_KC};
+use crate::lowdim::kdtree::KdTreeJob;
 use crate::metric::Metric;
 use crate::partition::{self, checkpoint, BlockPlan, RowSink};
 use crate::prepare::{self, RowStats};
-use crate::lowdim::kdtree::KdTreeJob;
 use crate::refine::{self, write_row, Candidates, Certify, Query, NONE};
 use crate::strategy::{self, Problem, Strategy};
 
@@ -88,7 +88,8 @@ pub enum Algorithm {
     /// A kd-tree over the corpus, queried on the CPU's threads in float64: euclidean and
     /// squared euclidean distances in 1 to 8 dimensions. Elsewhere brute force runs, and
     /// [`Options::notice`] says so. Graphs that are partitioned ([`Options::block_rows`],
-    /// [`Options::checkpoint`], [`Options::cluster`]) are computed by brute force.
+    /// [`Options::checkpoint`], [`Options::cluster`], or an answer beyond
+    /// [`Options::max_host_memory`]) are computed by brute force.
     KdTree,
 }
 
@@ -695,13 +696,12 @@ impl Knn {
             ),
         };
         let problem = Problem { n: data.rows(), d: data.cols(), k };
-        let partitioned_asked = asked.block_rows.is_some() || asked.checkpoint || asked.ranks > 1;
-        let algorithm = self.choose_algorithm(metric, data.cols(), partitioned_asked);
-        // A kd-tree holds the whole data in host memory and answers every row there.
-        let strategy = match algorithm {
-            Algorithm::KdTree => Strategy::Single,
-            _ => strategy::choose(problem, workers.len(), asked),
-        };
+        let strategy = strategy::choose(problem, workers.len(), asked);
+        // The kd-tree answers every row in host memory at once: where the answer or the data
+        // cannot be held whole, the graph is partitioned by brute force.
+        let partitioned =
+            asked.block_rows.is_some() || asked.checkpoint || asked.ranks > 1 || strategy != Strategy::Single;
+        let algorithm = self.choose_algorithm(metric, data.cols(), partitioned);
         let mut on_disk = None;
         match strategy {
             Strategy::Single => {}
@@ -720,8 +720,17 @@ impl Knn {
         crate::trace::mark(|| "validated, mean".into());
         let exclude: Vec<u32> =
             if self.options.include_self { vec![NONE; data.rows()] } else { (0..data.rows() as u32).collect() };
-        let task =
-            Task { algorithm, corpus: data, queries: data, shift, exclude, k, metric, answers, on_disk: on_disk.as_ref() };
+        let task = Task {
+            algorithm,
+            corpus: data,
+            queries: data,
+            shift,
+            exclude,
+            k,
+            metric,
+            answers,
+            on_disk: on_disk.as_ref(),
+        };
         let answer = self.run(&task)?;
         match &on_disk {
             None => Ok(Some(answer)),
@@ -904,7 +913,8 @@ impl Knn {
                 p(done as u64, nq as u64)
             }
         };
-        let job = KdTreeJob { corpus: task.corpus, queries: task.queries, exclude: &task.exclude, k, metric: task.metric };
+        let job =
+            KdTreeJob { corpus: task.corpus, queries: task.queries, exclude: &task.exclude, k, metric: task.metric };
         crate::lowdim::kdtree::knn(&job, &mut indices, &mut distances, &report)?;
         let stats = RunStats {
             algorithm: Algorithm::KdTree,
@@ -962,8 +972,11 @@ impl Knn {
         let mut kc = initial_candidates(k);
         let total = nq as u64;
 
-        let mut stats =
-            RunStats { algorithm: Algorithm::Brute, prepare_seconds: started.elapsed().as_secs_f64(), ..RunStats::default() };
+        let mut stats = RunStats {
+            algorithm: Algorithm::Brute,
+            prepare_seconds: started.elapsed().as_secs_f64(),
+            ..RunStats::default()
+        };
         // With the answers on disk: rows whose answers are in memory rather than there.
         let mut rewritten: Vec<usize> = Vec::new();
         let ranked_to_disk = std::sync::atomic::AtomicUsize::new(0);

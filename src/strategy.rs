@@ -5,9 +5,9 @@
 use crate::lowdim::kdtree;
 use crate::memory;
 use crate::metric::Metric;
-use crate::search::Algorithm;
 use crate::partition::BlockPlan;
 use crate::plan::ALIGN_ROWS;
+use crate::search::Algorithm;
 
 /// Most dimensions for which [`Algorithm::Auto`] takes the kd-tree where the engine is the
 /// CPU: there brute force costs n^2 d and the tree about n log n 2^d (`notes/lowdim.md`).
@@ -30,8 +30,8 @@ pub(crate) struct AlgorithmAsked {
     /// The caller asked for the GPU backend ([`crate::Backend::Gpu`]): `Auto` then keeps the
     /// work on it.
     pub gpu_forced: bool,
-    /// The caller asked for a partitioned graph (blocks, a checkpoint, ranks of a cluster),
-    /// which only brute force computes.
+    /// The graph is partitioned (the caller asked for blocks, a checkpoint or ranks of a
+    /// cluster, or its answer does not fit host memory whole), which only brute force does.
     pub partitioned: bool,
 }
 
@@ -45,7 +45,11 @@ pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<Stri
         Algorithm::Brute => (Algorithm::Brute, None),
         Algorithm::KdTree if partitioned => (
             Algorithm::Brute,
-            Some("algorithm: brute force, as the kd-tree does not partition a graph into blocks".into()),
+            Some(
+                "algorithm: brute force, as the kd-tree does not partition a graph into blocks (asked for, or \
+                  needed to fit the memory limit)"
+                    .into(),
+            ),
         ),
         Algorithm::KdTree if !tree_takes => (
             Algorithm::Brute,
@@ -201,13 +205,21 @@ mod tests {
     use super::*;
 
     fn algorithm(algorithm: Algorithm, metric: Metric, d: usize, gpu: bool, partitioned: bool) -> (Algorithm, bool) {
-        let (chosen, note) = choose_algorithm(AlgorithmAsked { algorithm, metric, d, gpu, gpu_forced: false, partitioned });
+        let (chosen, note) =
+            choose_algorithm(AlgorithmAsked { algorithm, metric, d, gpu, gpu_forced: false, partitioned });
         (chosen, note.is_some())
     }
 
     #[test]
     fn auto_keeps_a_forced_gpu_backend_on_the_gpu() {
-        let asked = |algorithm| AlgorithmAsked { algorithm, metric: Metric::Euclidean, d: 2, gpu: true, gpu_forced: true, partitioned: false };
+        let asked = |algorithm| AlgorithmAsked {
+            algorithm,
+            metric: Metric::Euclidean,
+            d: 2,
+            gpu: true,
+            gpu_forced: true,
+            partitioned: false,
+        };
         assert_eq!(choose_algorithm(asked(Algorithm::Auto)), (Algorithm::Brute, None));
         assert_eq!(choose_algorithm(asked(Algorithm::KdTree)).0, Algorithm::KdTree);
     }

@@ -602,3 +602,83 @@ fn select_sort_gives_the_quick_selects_bytes() {
     }
     fails(&["graph", s(&c), "-k", "3", "-o", "x.npz", "--select", "heap"], 2, &["--select", "heap"]);
 }
+
+/// 2-D points, many of them shared by several rows, as `.npy`.
+fn write_points(path: &Path, rows: usize, seed: u64) -> Matrix {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let values: Vec<f32> = (0..rows * 2).map(|_| rng.random_range(0..12u8) as f32 * 0.5).collect();
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, 2), }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+    std::fs::write(path, bytes).unwrap();
+    Matrix::new(values, rows, 2).unwrap()
+}
+
+#[test]
+fn algorithm_kdtree_gives_the_float64_answer_and_says_what_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, q) = (dir.path().join("points.npy"), dir.path().join("queries.npy"));
+    let corpus = write_points(&c, 150, 7);
+    let queries = write_points(&q, 20, 8);
+    for search in [false, true] {
+        let mut distances = Vec::new();
+        for algorithm in ["kdtree", "brute", "auto"] {
+            let out = dir.path().join(format!("{algorithm}-{search}.npz"));
+            let mut args = vec!["graph", s(&c)];
+            if search {
+                args = vec!["search", s(&c), "--queries", s(&q)];
+            }
+            args.extend(["-k", "9", "--backend", "cpu", "--algorithm", algorithm, "-o", s(&out)]);
+            let status = ok(&args);
+            // `auto` takes the kd-tree for 2-D euclidean data on the CPU.
+            let tree = algorithm != "brute";
+            assert_eq!(status.contains("algorithm: kd-tree"), tree, "{args:?}: {status}");
+            assert_eq!(status.contains("by the kd-tree"), tree, "{args:?}: {status}");
+            let g = read_npz(&out);
+            check_exact(&corpus, if search { &queries } else { &corpus }, &g, !search);
+            distances.push(g.distances);
+        }
+        // Ties may pick different rows, never different distances.
+        assert!(distances.windows(2).all(|w| w[0] == w[1]), "search {search}");
+    }
+    // Where the kd-tree does not apply, brute force runs and says why.
+    let out = dir.path().join("other-metrics.npz");
+    let status = ok(&[
+        "graph",
+        s(&c),
+        "-k",
+        "3",
+        "-m",
+        "sqeuclidean",
+        "--backend",
+        "cpu",
+        "--algorithm",
+        "kdtree",
+        "-o",
+        s(&out),
+    ]);
+    assert!(status.contains("by the kd-tree"), "{status}");
+    let status = ok(&[
+        "graph",
+        s(&c),
+        "-k",
+        "3",
+        "-m",
+        "inner_product",
+        "--backend",
+        "cpu",
+        "--algorithm",
+        "kdtree",
+        "-o",
+        s(&out),
+    ]);
+    assert!(status.contains("algorithm: brute force, as the kd-tree takes euclidean"), "{status}");
+    assert!(!status.contains("by the kd-tree"), "{status}");
+    fails(&["graph", s(&c), "-k", "3", "-o", "x.npz", "--algorithm", "balltree"], 2, &["--algorithm", "balltree"]);
+}

@@ -145,7 +145,8 @@ fn kd_tree_matches_float64_oracle() {
 /// its duplicates), and writing into lent arrays.
 #[test]
 fn kd_tree_lists_self_first_and_fills_lent_arrays() {
-    let options = Options { backend: Backend::Cpu, algorithm: Algorithm::KdTree, include_self: true, ..Options::default() };
+    let options =
+        Options { backend: Backend::Cpu, algorithm: Algorithm::KdTree, include_self: true, ..Options::default() };
     let knn = Knn::new(options).unwrap();
     for case in lowdim_cases().into_iter().filter(|c| c.queries.is_none()) {
         let mut lent = knn.graph(case.corpus.view(), 3, case.metric).unwrap();
@@ -567,7 +568,8 @@ fn duplicates_are_exactly_zero_apart_under_correlation() {
     let distinct: Vec<Vec<f32>> = (0..300).map(|_| (0..24).map(|_| rng.random_range(-3.0f32..3.0)).collect()).collect();
     let rows: Vec<&Vec<f32>> = distinct.iter().flat_map(|r| [r, r, r]).collect();
     let corpus = knng::Matrix::from_rows(&rows).unwrap();
-    let mut engines = vec![Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Brute, ..Options::default() }).unwrap()];
+    let mut engines =
+        vec![Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Brute, ..Options::default() }).unwrap()];
     engines.extend(gpu(false, None));
     engines.push(gpu(true, None).expect("the workgroup select runs on every adapter"));
     for knn in &engines {
@@ -718,7 +720,8 @@ fn gpu_graphs_with_answers_on_disk() {
 /// One engine of each backend with `select`: the CPU, and the GPU with and without subgroups
 /// (`None` where the subgroup path is skipped, as [`gpu_engine`] allows), under `budget`.
 fn engines_selecting(select: Select, budget: Option<u64>) -> Vec<Knn> {
-    let cpu = Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Brute, select, ..Options::default() }).unwrap();
+    let cpu =
+        Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Brute, select, ..Options::default() }).unwrap();
     let mut engines = vec![cpu];
     for no_subgroups in [false, true] {
         let options = Options {

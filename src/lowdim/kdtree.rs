@@ -46,10 +46,21 @@ pub(crate) fn handles(metric: Metric, d: usize) -> bool {
 
 /// Writes the answer of `job` into `indices` and `distances` (k a query row, row-major),
 /// calling `report` with the number of query rows finished as they finish.
-pub(crate) fn knn(job: &KdTreeJob<'_>, indices: &mut [u32], distances: &mut [f32], report: &(dyn Fn(usize) + Sync)) -> Result<()> {
+pub(crate) fn knn(
+    job: &KdTreeJob<'_>,
+    indices: &mut [u32],
+    distances: &mut [f32],
+    report: &(dyn Fn(usize) + Sync),
+) -> Result<()> {
     let d = job.corpus.cols();
     if !handles(job.metric, d) {
-        return Err(Error::arg("algorithm", format!("the kd-tree takes euclidean and sqeuclidean distances in 1 to {MAX_DIM} dimensions, not {} in {d}", job.metric)));
+        return Err(Error::arg(
+            "algorithm",
+            format!(
+                "the kd-tree takes euclidean and sqeuclidean distances in 1 to {MAX_DIM} dimensions, not {} in {d}",
+                job.metric
+            ),
+        ));
     }
     macro_rules! by_dim {
         ($($k:literal)*) => {
@@ -153,7 +164,8 @@ fn nearest<'s, const K: usize>(
     // key ends, where no two rows share a point; more while the k-th key is not proven.
     let mut asked = (k + usize::from(excluded != NONE) + 1).min(total);
     let kth_key = loop {
-        let found = tree.query(&query).nearest_n::<SquaredEuclidean<f64>>(NonZero::new(asked).expect("k >= 1")).execute();
+        let found =
+            tree.query(&query).nearest_n::<SquaredEuclidean<f64>>(NonZero::new(asked).expect("k >= 1")).execute();
         scratch.points.clear();
         scratch.points.extend(found.iter().map(|f| (key_of(f.item as usize), f.item as usize)));
         scratch.points.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));

@@ -311,16 +311,28 @@ pub fn lowdim_cases() -> Vec<Case> {
         add(format!("{m}: shared coordinates d={d} k=9"), rounded(&mut rng, 500, d, 0.5), None, 9, metric);
     }
     let metric = Metric::Euclidean;
-    add("euclidean: 300 copies of one point and 20 others, k=40".into(), {
-        let mut rows = vec![vec![0.25f32, -3.0]; 300];
-        rows.extend((0..20).map(|i| vec![i as f32, 1.0]));
-        Matrix::from_rows(&rows).unwrap()
-    }, None, 40, metric);
-    add("euclidean: lon/lat pairs with duplicates".into(), {
-        let m = lon_lat(&mut rng, 400).into_vec();
-        let rows: Vec<Vec<f32>> = (0..600).map(|i| m[(i % 400) * 2..(i % 400) * 2 + 2].to_vec()).collect();
-        Matrix::from_rows(&rows).unwrap()
-    }, None, 11, metric);
+    add(
+        "euclidean: 300 copies of one point and 20 others, k=40".into(),
+        {
+            let mut rows = vec![vec![0.25f32, -3.0]; 300];
+            rows.extend((0..20).map(|i| vec![i as f32, 1.0]));
+            Matrix::from_rows(&rows).unwrap()
+        },
+        None,
+        40,
+        metric,
+    );
+    add(
+        "euclidean: lon/lat pairs with duplicates".into(),
+        {
+            let m = lon_lat(&mut rng, 400).into_vec();
+            let rows: Vec<Vec<f32>> = (0..600).map(|i| m[(i % 400) * 2..(i % 400) * 2 + 2].to_vec()).collect();
+            Matrix::from_rows(&rows).unwrap()
+        },
+        None,
+        11,
+        metric,
+    );
     add("euclidean: offset 1000 lattice d=3".into(), lattice(&mut rng, 300, 3, 5, 1000.0), None, 20, metric);
     add("euclidean: sorted line, k=1000".into(), sorted_line(&mut rng, 1200), None, 1000, metric);
     add("sqeuclidean: uniform d=2, k=n-1".into(), random(&mut rng, 150, 2, 0.0), None, 149, Metric::SqEuclidean);
