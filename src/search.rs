@@ -12,7 +12,7 @@ use crate::data::{AnswerMemory, FinishedRows, Matrix, MatrixRef, Neighbors};
 use crate::engine::{retry_smaller, Engine};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuEngine, GpuSettings, GpuTimes, MAX_CERTIFY_KC};
-use crate::lowdim::kdtree::KdTreeJob;
+use crate::lowdim::kdtree::{self, KdTreeJob};
 use crate::metric::Metric;
 use crate::partition::{self, checkpoint, BlockPlan, RowSink};
 use crate::prepare::{self, RowStats};
@@ -87,9 +87,10 @@ pub enum Algorithm {
     Brute,
     /// A kd-tree over the corpus, queried on the CPU's threads in float64: euclidean and
     /// squared euclidean distances in 1 to 8 dimensions. Elsewhere brute force runs, and
-    /// [`Options::notice`] says so. Graphs that are partitioned ([`Options::block_rows`],
-    /// [`Options::checkpoint`], [`Options::cluster`], or an answer beyond
-    /// [`Options::max_host_memory`]) are computed by brute force.
+    /// [`Options::notice`] says so. Graphs asked to be partitioned ([`Options::block_rows`],
+    /// [`Options::checkpoint`], [`Options::cluster`]) or whose tree does not fit
+    /// [`Options::max_host_memory`] are computed by brute force; a graph whose answer alone
+    /// does not fit is handed over in blocks of rows ([`Knn::graph_streamed`]).
     KdTree,
 }
 
@@ -697,11 +698,17 @@ impl Knn {
         };
         let problem = Problem { n: data.rows(), d: data.cols(), k };
         let strategy = strategy::choose(problem, workers.len(), asked);
-        // The kd-tree answers every row in host memory at once: where the answer or the data
-        // cannot be held whole, the graph is partitioned by brute force.
-        let partitioned =
-            asked.block_rows.is_some() || asked.checkpoint || asked.ranks > 1 || strategy != Strategy::Single;
+        // The kd-tree holds the whole data: where its tree does not fit the memory limit, or
+        // blocks are asked for, the graph is partitioned by brute force. Where only its
+        // answer does not fit, the tree hands rows over in blocks.
+        let tree_rows = kd_tree_block_rows(problem, asked.memory);
+        let partitioned = asked.block_rows.is_some() || asked.checkpoint || asked.ranks > 1 || tree_rows.is_none();
         let algorithm = self.choose_algorithm(metric, data.cols(), partitioned);
+        if algorithm == Algorithm::KdTree && strategy != Strategy::Single {
+            let rows = tree_rows.expect("a tree that fits");
+            self.graph_kd_tree_in_blocks(data, k, metric, rows, sink)?;
+            return Ok(None);
+        }
         let mut on_disk = None;
         match strategy {
             Strategy::Single => {}
@@ -915,7 +922,7 @@ impl Knn {
         };
         let job =
             KdTreeJob { corpus: task.corpus, queries: task.queries, exclude: &task.exclude, k, metric: task.metric };
-        crate::lowdim::kdtree::knn(&job, &mut indices, &mut distances, &report)?;
+        kdtree::knn(&job, kdtree::Answers::Whole { indices: &mut indices, distances: &mut distances }, &report)?;
         let stats = RunStats {
             algorithm: Algorithm::KdTree,
             rounds: 1,
@@ -925,6 +932,47 @@ impl Knn {
         };
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
         Ok(Neighbors { indices, distances, queries: nq, k })
+    }
+
+    /// The graph of `data` by the kd-tree, handed to `sink` in blocks of `rows` rows as they
+    /// are answered, for graphs whose answer does not fit host memory whole.
+    fn graph_kd_tree_in_blocks(
+        &self,
+        data: MatrixRef<'_>,
+        k: usize,
+        metric: Metric,
+        rows: usize,
+        sink: &mut RowSink<'_>,
+    ) -> Result<()> {
+        let started = std::time::Instant::now();
+        prepare::validate_corpus("data", data, metric)?;
+        self.check_graph_k(data.rows(), k)?;
+        let n = data.rows();
+        let include_self = self.options.include_self;
+        let exclude: Vec<u32> = if include_self { vec![NONE; n] } else { (0..n as u32).collect() };
+        let progress = self.options.progress.clone();
+        let report = move |done: usize| {
+            if let Some(p) = &progress {
+                p(done as u64, n as u64)
+            }
+        };
+        let mut hand_over = |first: usize, indices: &mut [u32], distances: &mut [f32]| {
+            if include_self && metric != Metric::InnerProduct {
+                put_self_first(first, k, indices, distances);
+            }
+            sink(first, indices, distances)
+        };
+        let job = KdTreeJob { corpus: data, queries: data, exclude: &exclude, k, metric };
+        kdtree::knn(&job, kdtree::Answers::Blocks { rows, sink: &mut hand_over }, &report)?;
+        let stats = RunStats {
+            algorithm: Algorithm::KdTree,
+            rounds: 1,
+            candidate_seconds: started.elapsed().as_secs_f64(),
+            workers: 1,
+            ..RunStats::default()
+        };
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
+        Ok(())
     }
 
     fn run_any(&self, task: &Task<'_>) -> Result<Neighbors> {
@@ -1286,6 +1334,19 @@ fn put_self_first(first: usize, k: usize, indices: &mut [u32], distances: &[f32]
             None => {}
         }
     });
+}
+
+/// Query rows a block of a kd-tree graph's answers under the host memory limit `memory`,
+/// beside its tree (at most the rows of 64 MiB of answers, at least one); `None` where the
+/// tree itself does not fit.
+fn kd_tree_block_rows(p: Problem, memory: Option<u64>) -> Option<usize> {
+    let row_bytes = (p.k as u64 * 8).max(1);
+    let most = ((64u64 << 20) / row_bytes).max(1) as usize;
+    let Some(memory) = memory else { return Some(most.min(p.n)) };
+    let left = memory.checked_sub(kdtree::tree_bytes(p.n, p.d))?;
+    // Half of what is left: the block's answers, and the caller's copy as it writes them.
+    let rows = (left / 2 / row_bytes) as usize;
+    (rows >= 1).then(|| rows.min(most).min(p.n))
 }
 
 fn check_k(k: usize, max: usize, what: &str) -> Result<()> {

@@ -31,7 +31,7 @@ pub(crate) struct AlgorithmAsked {
     /// work on it.
     pub gpu_forced: bool,
     /// The graph is partitioned (the caller asked for blocks, a checkpoint or ranks of a
-    /// cluster, or its answer does not fit host memory whole), which only brute force does.
+    /// cluster, or the kd-tree would not fit host memory), which only brute force does.
     pub partitioned: bool,
 }
 

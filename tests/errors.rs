@@ -1,6 +1,6 @@
 //! Bad input ends in a typed error whose message names what is wrong, on every backend.
 
-use knng::{Backend, Error, Knn, Matrix, Metric, Options};
+use knng::{Algorithm, Backend, Error, Knn, Matrix, Metric, Options};
 
 fn engines() -> Vec<Knn> {
     let mut v = vec![Knn::new(Options { backend: Backend::Cpu, ..Options::default() }).unwrap()];
@@ -186,7 +186,12 @@ fn first_bad_row_of_a_large_input_is_named() {
 #[test]
 fn graphs_beyond_the_memory_limit_are_refused_whole_and_streamed() {
     let data = grid(3000, 4);
-    let options = Options { backend: Backend::Cpu, max_host_memory: Some(1 << 20), ..Options::default() };
+    let options = Options {
+        backend: Backend::Cpu,
+        algorithm: Algorithm::Brute,
+        max_host_memory: Some(1 << 20),
+        ..Options::default()
+    };
     let knn = Knn::new(options).unwrap();
     let e = knn.graph(data.view(), 50, Metric::Euclidean).unwrap_err();
     let message = e.to_string();
@@ -202,4 +207,43 @@ fn graphs_beyond_the_memory_limit_are_refused_whole_and_streamed() {
     assert_eq!(rows, 3000);
     let stats = knn.last_run();
     assert!(stats.blocks > 1 && stats.bytes_spilled > 0, "{stats:?}");
+}
+
+/// Under a host limit that holds its tree but not its whole answer, the kd-tree hands the
+/// rows over in blocks, in order, with brute force's distances (ties may pick other rows);
+/// under one that cannot hold the tree, brute force runs in blocks.
+#[test]
+fn kd_tree_graphs_beyond_the_memory_limit_are_streamed_in_blocks() {
+    let data = grid(3000, 4);
+    let streamed = |algorithm, limit: u64| {
+        let options = Options { backend: Backend::Cpu, algorithm, max_host_memory: Some(limit), ..Options::default() };
+        let knn = Knn::new(options).unwrap();
+        let (mut pieces, mut distances) = (0, Vec::new());
+        knn.graph_streamed(data.view(), 50, Metric::Euclidean, &mut |finished| {
+            assert_eq!(finished.first, distances.len() / 50);
+            pieces += 1;
+            distances.extend_from_slice(finished.distances);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(distances.len(), 3000 * 50);
+        (knn.last_run(), pieces, distances)
+    };
+    let (tree, pieces, tree_distances) = streamed(Algorithm::Auto, 1 << 20);
+    assert_eq!(tree.algorithm, Algorithm::KdTree);
+    assert!(pieces > 1, "{pieces} pieces");
+    let (brute, _, brute_distances) = streamed(Algorithm::Brute, 1 << 20);
+    assert_eq!(brute.algorithm, Algorithm::Brute);
+    assert!(tree_distances == brute_distances, "the kd-tree's distances differ from brute force's");
+    // 8000 rows of 6 values: a tree of about 1 MiB, where brute force's blocks need less.
+    let data = grid(8000, 6);
+    let options = Options { backend: Backend::Cpu, max_host_memory: Some(900 << 10), ..Options::default() };
+    let knn = Knn::new(options).unwrap();
+    let mut rows = 0;
+    knn.graph_streamed(data.view(), 10, Metric::Euclidean, &mut |finished| {
+        rows += finished.indices.len() / 10;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!((rows, knn.last_run().algorithm), (8000, Algorithm::Brute), "a tree beyond the limit");
 }

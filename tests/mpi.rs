@@ -247,7 +247,9 @@ fn block_files(dir: &Path) -> usize {
 fn a_stopped_job_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("data.fvecs");
-    write_data(&input, 8000, 32, 3);
+    // Large enough that the job outlasts mpirun's forwarding of SIGTERM to the ranks, which
+    // takes about a second (a job of 8000 rows finished first on a fast machine).
+    write_data(&input, 16000, 32, 3);
     let checkpoint = dir.path().join("checkpoint");
     let (single, out) = (dir.path().join("single.ivecs"), dir.path().join("job.ivecs"));
     let args = |out: &Path| -> Vec<String> {

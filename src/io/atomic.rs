@@ -18,16 +18,23 @@ pub(crate) type Sink = BufWriter<File>;
 
 const PARTIAL: &str = ".knng-partial-";
 
-/// Partial files this process has open, for [`remove_partial_outputs`].
-static OPEN_PARTIALS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Partial files this process has open, for [`remove_partial_outputs`]; `None` once that
+/// has run, after which no output is created or moved into place.
+static OPEN_PARTIALS: Mutex<Option<Vec<PathBuf>>> = Mutex::new(Some(Vec::new()));
 
-/// Removes every partial output file this process is writing. For signal handlers: a run
-/// interrupted by Ctrl-C leaves nothing behind. Writes still running fail afterwards.
+/// Removes every partial output file this process is writing, and makes every later
+/// attempt to create or finish an output fail. For signal handlers: a run interrupted by
+/// Ctrl-C leaves nothing behind, even where its other threads go on working while the process
+/// exits (an MPI library's exit handlers can take a second).
 pub fn remove_partial_outputs() {
-    let paths = std::mem::take(&mut *OPEN_PARTIALS.lock().unwrap_or_else(|e| e.into_inner()));
+    let paths = OPEN_PARTIALS.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_default();
     for path in paths {
         let _ = fs::remove_file(path);
     }
+}
+
+fn interrupted(dest: &Path) -> Error {
+    Error::file(dest, "interrupted; the output is not written")
 }
 
 /// A partial file that is deleted unless it is moved into place.
@@ -49,6 +56,7 @@ impl Temp {
         let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let path = dir.join(format!("{name}{part}{PARTIAL}{}", std::process::id()));
         let mut registry = OPEN_PARTIALS.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(registry) = registry.as_mut() else { return Err(interrupted(dest)) };
         // Readable too, for scratch files that are copied into the output at the end.
         let file = OpenOptions::new()
             .read(true)
@@ -61,16 +69,26 @@ impl Temp {
     }
 
     fn persist(mut self, dest: &Path) -> Result<()> {
-        fs::rename(&self.path, dest)
-            .map_err(|e| Error::file(dest, format!("cannot move the finished output into place: {e}")))?;
-        self.kept = true;
-        Ok(())
+        // Under the registry's lock, so that an interruption either comes first and the
+        // output is not moved, or comes after it is in place.
+        let registry = OPEN_PARTIALS.lock().unwrap_or_else(|e| e.into_inner());
+        let moved = match registry.is_some() {
+            true => fs::rename(&self.path, dest)
+                .map_err(|e| Error::file(dest, format!("cannot move the finished output into place: {e}"))),
+            false => Err(interrupted(dest)),
+        };
+        // Released before `self` is dropped, which takes the lock again.
+        drop(registry);
+        self.kept = moved.is_ok();
+        moved
     }
 }
 
 impl Drop for Temp {
     fn drop(&mut self) {
-        OPEN_PARTIALS.lock().unwrap_or_else(|e| e.into_inner()).retain(|p| p != &self.path);
+        if let Some(registry) = OPEN_PARTIALS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            registry.retain(|p| p != &self.path);
+        }
         if !self.kept {
             let _ = fs::remove_file(&self.path);
         }
@@ -220,17 +238,20 @@ pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
 mod tests {
     use super::*;
 
+    /// Registered for `remove_partial_outputs`, which ends every later write of the process
+    /// and so is tested from outside (an interrupted `knng`: tests/first_contact.rs).
     #[test]
-    fn partial_files_are_named_and_removed_on_request() {
+    fn partial_files_are_named_and_registered_until_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let dest = dir.path().join("g.npz");
         let (temp, _sink) = Temp::create(&dest).unwrap();
         let expected = dir.path().join(format!("g.npz.knng-partial-{}", std::process::id()));
         assert_eq!(temp.path, expected);
         assert!(expected.exists());
-        remove_partial_outputs();
-        assert!(!expected.exists());
+        assert!(OPEN_PARTIALS.lock().unwrap().as_ref().unwrap().contains(&expected));
         drop(temp);
+        assert!(!expected.exists());
+        assert!(!OPEN_PARTIALS.lock().unwrap().as_ref().unwrap().contains(&expected));
     }
 
     #[test]
@@ -240,7 +261,7 @@ mod tests {
         let mut scratch = Partial::scratch(&dest, "distances").unwrap();
         let expected = dir.path().join(format!("g.npz.distances.knng-partial-{}", std::process::id()));
         assert_eq!(scratch.temp.path, expected);
-        assert!(OPEN_PARTIALS.lock().unwrap().contains(&expected));
+        assert!(OPEN_PARTIALS.lock().unwrap().as_ref().unwrap().contains(&expected));
         scratch.fill(|w| w.write_all(b"first ")).unwrap();
         scratch.fill(|w| w.write_all(b"second")).unwrap();
         let mut back = String::new();
@@ -248,7 +269,7 @@ mod tests {
         assert_eq!(back, "first second");
         drop(scratch);
         assert!(!expected.exists());
-        assert!(!OPEN_PARTIALS.lock().unwrap().contains(&expected));
+        assert!(!OPEN_PARTIALS.lock().unwrap().as_ref().unwrap().contains(&expected));
     }
 
     #[test]

@@ -16,6 +16,7 @@ use rayon::prelude::*;
 use crate::data::MatrixRef;
 use crate::error::{Error, Result};
 use crate::metric::Metric;
+use crate::partition::RowSink;
 use crate::refine::{write_row, NONE};
 
 /// Most dimensions the tree takes: each count is a tree type of its own.
@@ -44,14 +45,23 @@ pub(crate) fn handles(metric: Metric, d: usize) -> bool {
     matches!(metric, Metric::Euclidean | Metric::SqEuclidean) && (1..=MAX_DIM).contains(&d)
 }
 
-/// Writes the answer of `job` into `indices` and `distances` (k a query row, row-major),
-/// calling `report` with the number of query rows finished as they finish.
-pub(crate) fn knn(
-    job: &KdTreeJob<'_>,
-    indices: &mut [u32],
-    distances: &mut [f32],
-    report: &(dyn Fn(usize) + Sync),
-) -> Result<()> {
+/// Where the answer of a [`KdTreeJob`] goes: arrays for every query row (k a row,
+/// row-major), or blocks of `rows` query rows handed to `sink` in order as each is finished
+/// (`sink(first_row, indices, distances)`), for answers too large to hold at once.
+pub(crate) enum Answers<'o> {
+    Whole { indices: &'o mut [u32], distances: &'o mut [f32] },
+    Blocks { rows: usize, sink: &'o mut RowSink<'o> },
+}
+
+/// Host memory the kd-tree of `n` rows of `d` columns holds beside its input, in bytes:
+/// the distinct points and the tree's copy of them in float64, the rows of each point, and
+/// the sort that finds them.
+pub(crate) fn tree_bytes(n: usize, d: usize) -> u64 {
+    (n as u128 * (20 * d as u128 + 12)).min(u64::MAX as u128) as u64
+}
+
+/// Answers `job`, calling `report` with the number of query rows finished as they finish.
+pub(crate) fn knn(job: &KdTreeJob<'_>, answers: Answers<'_>, report: &(dyn Fn(usize) + Sync)) -> Result<()> {
     let d = job.corpus.cols();
     if !handles(job.metric, d) {
         return Err(Error::arg(
@@ -65,7 +75,7 @@ pub(crate) fn knn(
     macro_rules! by_dim {
         ($($k:literal)*) => {
             match d {
-                $($k => knn_in::<$k>(job, indices, distances, report),)*
+                $($k => knn_in::<$k>(job, answers, report),)*
                 _ => unreachable!("checked by `handles`"),
             }
         };
@@ -106,29 +116,38 @@ impl<const K: usize> DistinctPoints<K> {
     }
 }
 
-fn knn_in<const K: usize>(
-    job: &KdTreeJob<'_>,
-    indices: &mut [u32],
-    distances: &mut [f32],
-    report: &(dyn Fn(usize) + Sync),
-) -> Result<()> {
+fn knn_in<const K: usize>(job: &KdTreeJob<'_>, answers: Answers<'_>, report: &(dyn Fn(usize) + Sync)) -> Result<()> {
     let distinct = DistinctPoints::<K>::of(job.corpus);
     let tree: ImmutableKdTree<f64, K> = ImmutableKdTree::new_from_slice_parallel(&distinct.points)
         .map_err(|e| Error::arg("algorithm", format!("the kd-tree cannot hold this corpus: {e}")))?;
-    let k = job.k;
     let done = AtomicUsize::new(0);
-    indices.par_chunks_mut(ROWS_PER_TASK * k).zip(distances.par_chunks_mut(ROWS_PER_TASK * k)).enumerate().for_each(
-        |(task, (ids, dists))| {
-            let first = task * ROWS_PER_TASK;
-            let mut scratch = Scratch::default();
-            for (r, (ids, dists)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate() {
-                let i = first + r;
-                let answer = nearest(job, &distinct, &tree, i, &mut scratch);
-                write_row(job.metric, answer.iter().copied(), ids, dists);
+    let answer_rows = |first: usize, indices: &mut [u32], distances: &mut [f32]| {
+        let k = job.k;
+        indices
+            .par_chunks_mut(ROWS_PER_TASK * k)
+            .zip(distances.par_chunks_mut(ROWS_PER_TASK * k))
+            .enumerate()
+            .for_each(|(task, (ids, dists))| {
+                let mut scratch = Scratch::default();
+                for (r, (ids, dists)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate() {
+                    let answer = nearest(job, &distinct, &tree, first + task * ROWS_PER_TASK + r, &mut scratch);
+                    write_row(job.metric, answer.iter().copied(), ids, dists);
+                }
+                report(done.fetch_add(ids.len() / k, Ordering::Relaxed) + ids.len() / k);
+            });
+    };
+    match answers {
+        Answers::Whole { indices, distances } => answer_rows(0, indices, distances),
+        Answers::Blocks { rows, sink } => {
+            let (nq, k, rows) = (job.queries.rows(), job.k, rows.max(1));
+            let (mut indices, mut distances) = (vec![0u32; rows.min(nq) * k], vec![0f32; rows.min(nq) * k]);
+            for first in (0..nq).step_by(rows) {
+                let len = rows.min(nq - first) * k;
+                answer_rows(first, &mut indices[..len], &mut distances[..len]);
+                sink(first, &mut indices[..len], &mut distances[..len])?;
             }
-            report(done.fetch_add(ids.len() / k, Ordering::Relaxed) + ids.len() / k);
-        },
-    );
+        }
+    }
     Ok(())
 }
 
