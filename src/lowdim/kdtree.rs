@@ -1,9 +1,9 @@
 //! Exact k nearest neighbours by a kd-tree on the CPU's threads (kiddo), for euclidean and
 //! squared euclidean distances in a few dimensions.
 //!
-//! The answer is the float64 brute force's, ties included: every key that decides a row is
-//! the one the exact finish computes (`Metric::rank_key_f64` on the original f32 rows), and a
-//! row's neighbours are the first k by (key, index). The tree holds each distinct point once,
+//! The answer is exact in float64: every key that decides a row is the one the exact finish
+//! computes (`Metric::rank_key_f64` on the original f32 rows), and a row's neighbours are the
+//! first k by (key, index), so that of rows tied at the k-th key the lowest are listed. The tree holds each distinct point once,
 //! with the rows that share it listed by index, so that data where thousands of rows share a
 //! coordinate costs no more than data where none do.
 
