@@ -341,6 +341,9 @@ const SYMMETRIC_MIN_PRODUCTS: f64 = (1u64 << 37) as f64;
 /// does not fit (a single query tile, a corpus not resident in one binding, per-row state for
 /// every corpus row over the budget or a binding) or, unless `forced`, does not pay
 /// ([`symmetric_tiles`]; also where the budget allows only far more tiles than that).
+/// `sorts`: dense tiles' candidates come from the batch index sort, which also keeps each
+/// tile's key order (for the column side from the same sort).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn plan_symmetric(
     n: usize,
     d: usize,
@@ -349,6 +352,7 @@ pub(crate) fn plan_symmetric(
     caps: TileCaps,
     dev: DeviceBudget,
     forced: bool,
+    sorts: bool,
 ) -> Option<TilePlan> {
     let tiles = match symmetric_tiles(n, d, kc) {
         Some(tiles) => tiles,
@@ -373,7 +377,9 @@ pub(crate) fn plan_symmetric(
         let dist_stride = column_tile.next_multiple_of(4);
         // A merge holds the running list and a whole shortlist in the auxiliary arrays.
         let scratch_stride = column_tile.max(kc + shortlist_cap);
-        let tile = SweptTile { n, dist_stride, scratch_stride, kc, list_cap: shortlist_cap, row, free };
+        // The batch index sort keeps a tile's key order while it sorts by column.
+        let kept_order = if sorts { 4 * scratch_stride as u64 } else { 0 };
+        let tile = SweptTile { n, dist_stride, scratch_stride, kc, list_cap: shortlist_cap, row, kept_order, free };
         let single = tile.most_rows(1, caps, dev);
         let double = tile.most_rows(2, caps, dev);
         let (most, read_backs) = if double >= single - single / 4 && double > 0 { (double, 2) } else { (single, 1) };
@@ -420,6 +426,8 @@ struct SweptTile {
     list_cap: usize,
     /// Bytes of a prepared row.
     row: u64,
+    /// Further bytes a query row (the batch index sort's key order).
+    kept_order: u64,
     /// Budget left beside the corpus and every row's state.
     free: u64,
 }
@@ -430,7 +438,8 @@ impl SweptTile {
     /// of every row and of the tile in one binding.
     fn most_rows(&self, read_backs: usize, caps: TileCaps, dev: DeviceBudget) -> usize {
         let per_query_row =
-            query_row_bytes(self.dist_stride, self.scratch_stride, self.kc, self.list_cap, read_backs, self.row, true);
+            query_row_bytes(self.dist_stride, self.scratch_stride, self.kc, self.list_cap, read_backs, self.row, true)
+                + self.kept_order;
         let limits = [
             self.free / per_query_row,
             dev.max_binding / (4 * self.dist_stride as u64),
@@ -505,7 +514,7 @@ pub(crate) fn plan_bounded(
     }
     let sample = bounded.sample_rows as u64 * (row + 4);
     let free = dev.budget.checked_sub(n as u64 * (row + per_row_state) + sample)?;
-    let tile = SweptTile { n, dist_stride, scratch_stride, kc, list_cap, row, free };
+    let tile = SweptTile { n, dist_stride, scratch_stride, kc, list_cap, row, kept_order: 0, free };
     // The most read-back buffers that leave three quarters of the tile.
     let single = tile.most_rows(1, caps, dev);
     let (read_backs, most) = [3, 2, 1]
@@ -594,7 +603,7 @@ pub(crate) struct SweepAsk {
 pub(crate) fn choose_sweep(a: SweepAsk) -> Result<TilePlan> {
     let SweepAsk { nq, d, kc, corpus, corpus_rows, caps, dev, from_corpus, ranks, symmetric, bounded, sorts } = a;
     let symmetric_plan = (from_corpus && symmetric != Some(false))
-        .then(|| plan_symmetric(nq, d, kc, corpus, caps, dev, symmetric == Some(true)))
+        .then(|| plan_symmetric(nq, d, kc, corpus, caps, dev, symmetric == Some(true), sorts))
         .flatten();
     let bounded_forced = bounded == Some(true);
     let bounded_wanted = bounded_forced || (symmetric_plan.is_none() && bounded.is_none() && !sorts);
@@ -688,12 +697,20 @@ mod tests {
         let plan = plan_tiles(32768, 128, 32, corpus, 32768, TileCaps::default(), tight).unwrap();
         assert!(plan.column_tile >= MIN_COLUMN_TILE && plan.query_rows >= MIN_WIDE_QUERY_ROWS, "{plan:?}");
         let tight = DeviceBudget { max_binding: 128 << 20, budget: 128 << 20 };
-        let sym =
-            plan_symmetric(32768, 128, 32, plan_corpus(32768, 128, tight).unwrap(), TileCaps::default(), tight, true)
-                .expect("a forced symmetric sweep of 32768 rows fits 128 MiB");
+        let sym = plan_symmetric(
+            32768,
+            128,
+            32,
+            plan_corpus(32768, 128, tight).unwrap(),
+            TileCaps::default(),
+            tight,
+            true,
+            false,
+        )
+        .expect("a forced symmetric sweep of 32768 rows fits 128 MiB");
         assert!(sym.column_tile >= MIN_COLUMN_TILE && sym.query_rows >= SYMMETRIC_TILE, "{sym:?}");
         let corpus = plan_corpus(262144, 128, dev).unwrap();
-        let sym = plan_symmetric(262144, 128, 26, corpus, TileCaps::default(), dev, false).unwrap();
+        let sym = plan_symmetric(262144, 128, 26, corpus, TileCaps::default(), dev, false, false).unwrap();
         assert!(sym.column_tile <= MAX_COLUMN_TILE);
     }
 
@@ -720,7 +737,7 @@ mod tests {
             (3000, 24, 125, DeviceBudget { max_binding: 128 << 20, budget: 64 << 20 }),
         ] {
             let corpus = plan_corpus(n, d, dev).unwrap();
-            let t = plan_symmetric(n, d, kc, corpus, TileCaps::default(), dev, true)
+            let t = plan_symmetric(n, d, kc, corpus, TileCaps::default(), dev, true, false)
                 .unwrap_or_else(|| panic!("n={n} d={d} kc={kc}: no symmetric plan"));
             assert!(t.symmetric);
             assert!(t.query_rows.is_multiple_of(ALIGN_ROWS) && t.column_tile.is_multiple_of(ALIGN_ROWS));
@@ -748,7 +765,7 @@ mod tests {
         assert_eq!(symmetric_tiles(65536, 128, 1250), None);
         assert_eq!(symmetric_tiles(16384, 128, 32), None);
         let auto = |n: usize, d: usize, kc: usize, dev: DeviceBudget| {
-            plan_symmetric(n, d, kc, plan_corpus(n, d, dev).unwrap(), TileCaps::default(), dev, false)
+            plan_symmetric(n, d, kc, plan_corpus(n, d, dev).unwrap(), TileCaps::default(), dev, false, false)
         };
         let h100 = DeviceBudget { max_binding: 2 << 30, budget: 16 << 30 };
         // 13 tiles wanted, and bindings of 2 GiB hold them; bindings of 1 GiB hold 16384 rows
@@ -760,7 +777,7 @@ mod tests {
         assert!(auto(262_144, 128, 26, DeviceBudget { max_binding: 2 << 30, budget: 1 << 30 }).is_none());
         // Not possible: one query tile, state over the budget, a streamed corpus.
         let forced = |n: usize, d: usize, kc: usize, dev: DeviceBudget| {
-            plan_symmetric(n, d, kc, plan_corpus(n, d, dev).unwrap(), TileCaps::default(), dev, true)
+            plan_symmetric(n, d, kc, plan_corpus(n, d, dev).unwrap(), TileCaps::default(), dev, true, false)
         };
         assert!(forced(1000, 32, 26, h100).is_none());
         assert!(forced(65536, 128, 1250, DeviceBudget { max_binding: 2 << 30, budget: 1 << 30 }).is_none());
@@ -855,7 +872,7 @@ mod tests {
         let pays = |rows: usize, budget: u64| {
             let dev = DeviceBudget { max_binding: budget.min(2 << 30), budget };
             let caps = TileCaps { query: rows / 2, ..TileCaps::default() };
-            let tiles = plan_symmetric(rows, 128, 32, plan_corpus(rows, 128, dev).unwrap(), caps, dev, true)?;
+            let tiles = plan_symmetric(rows, 128, 32, plan_corpus(rows, 128, dev).unwrap(), caps, dev, true, false)?;
             Some(two_sided_pays(&tiles, rows, rows / 2, 128, 32, TileCaps::default(), dev))
         };
         // The default budget holds blocks of 2^19 rows a side with wide tiles.

@@ -717,20 +717,51 @@ fn gpu_graphs_with_answers_on_disk() {
     }
 }
 
+/// How the sort selector's tests cut a problem.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum SortTiles {
+    /// As the planner chooses.
+    Planned,
+    /// Under a tiny budget: later tiles' sorted lists merge into running lists.
+    Tiny,
+    /// Symmetric sweeps of narrow tiles: the column side comes from the same sorts.
+    Symmetric,
+    /// Partitioned graphs of 64-row blocks: pairs of blocks swept two-sided, whose column side
+    /// comes from the same sorts.
+    Blocks,
+}
+
 /// One engine of each backend with `select`: the CPU, and the GPU with and without subgroups
-/// (`None` where the subgroup path is skipped, as [`gpu_engine`] allows), under `budget`.
-fn engines_selecting(select: Select, budget: Option<u64>) -> Vec<Knn> {
-    let cpu =
-        Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Brute, select, ..Options::default() }).unwrap();
+/// (`None` where the subgroup path is skipped, as [`gpu_engine`] allows), with `tiles`.
+fn engines_selecting(select: Select, tiles: SortTiles) -> Vec<Knn> {
+    let symmetric = tiles == SortTiles::Symmetric;
+    let cpu = Knn::new(Options {
+        backend: Backend::Cpu,
+        algorithm: Algorithm::Brute,
+        select,
+        symmetric_graphs: symmetric.then_some(true),
+        block_rows: (tiles == SortTiles::Blocks).then_some(64),
+        ..Options::default()
+    })
+    .unwrap();
     let mut engines = vec![cpu];
     for no_subgroups in [false, true] {
+        let budget = match tiles {
+            SortTiles::Planned | SortTiles::Blocks => None,
+            SortTiles::Tiny => Some(TINY_BUDGET),
+            SortTiles::Symmetric => Some(SYMMETRIC_BUDGET),
+        };
         let options = Options {
             backend: Backend::Gpu,
             adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
             no_subgroups,
             select,
             memory_budget: budget,
-            max_workgroups_per_dimension: budget.map(|_| 3),
+            max_workgroups_per_dimension: (tiles == SortTiles::Tiny).then_some(3),
+            max_column_tile: symmetric.then_some(NARROW_TILE),
+            max_query_tile: symmetric.then_some(256),
+            symmetric_graphs: symmetric.then_some(true),
+            block_rows: (tiles == SortTiles::Blocks).then_some(64),
             ..Options::default()
         };
         let knn = Knn::new(options).unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));
@@ -753,15 +784,27 @@ fn engines_selecting(select: Select, budget: Option<u64>) -> Vec<Knn> {
 /// oracle's and byte for byte what the quick multi-select gives; under a tiny budget too, where
 /// later distance tiles' sorted lists merge into running lists that bound shortlists (on a
 /// part of the table that has ties, duplicates, offsets and searches: in tiles of a few rows
-/// the whole table takes minutes on a software adapter).
+/// the whole table takes minutes on a software adapter); and in symmetric sweeps, whose
+/// column rows take their lists from the same sorts (on graphs of ties, clusters and wide rows).
 #[test]
 fn sort_select_matches_float64_oracle_and_quick_select() {
     let in_tiles =
         ["euclidean: duplicates", "cosine: lattice ties", "offset 1000 lattice", "sqeuclidean: search 300", "lon/lat"];
     let tiled = cases().into_iter().filter(|c| in_tiles.iter().any(|n| c.name.contains(n))).collect::<Vec<_>>();
-    for (budget, cases) in [(None, cases()), (Some(TINY_BUDGET), tiled)] {
-        let sorting = engines_selecting(Select::Sort, budget);
-        let quick = engines_selecting(Select::Quick, budget);
+    let swept = ["cosine: graph n=1200 d=16", "correlation: graph n=600 d=256", "cluster around row 0"];
+    let symmetric =
+        symmetric_cases().into_iter().filter(|c| swept.iter().any(|n| c.name.contains(n))).collect::<Vec<_>>();
+    assert_eq!(symmetric.len(), swept.len(), "a symmetric case was renamed");
+    let blocks = partitioned_cases().into_iter().filter(|c| c.corpus.rows() > 128).collect::<Vec<_>>();
+    let mut pairs_swept = 0;
+    for (tiles, cases) in [
+        (SortTiles::Planned, cases()),
+        (SortTiles::Tiny, tiled),
+        (SortTiles::Symmetric, symmetric),
+        (SortTiles::Blocks, blocks),
+    ] {
+        let sorting = engines_selecting(Select::Sort, tiles);
+        let quick = engines_selecting(Select::Quick, tiles);
         assert_eq!(sorting.len(), quick.len());
         for (sort, quick) in sorting.iter().zip(&quick) {
             for case in &cases {
@@ -786,7 +829,15 @@ fn sort_select_matches_float64_oracle_and_quick_select() {
                 if !case.name.contains("f32's range") {
                     assert_eq!(sort.last_run().rows_brute_forced, 0, "{label}: the backend failed to select rows");
                 }
+                if tiles == SortTiles::Symmetric && sort.is_gpu() {
+                    let swept = sort.last_run().rows_in_symmetric_blocks;
+                    assert!(swept >= case.corpus.rows(), "{label}: not swept in symmetric blocks");
+                }
+                if tiles == SortTiles::Blocks && sort.is_gpu() {
+                    pairs_swept += sort.last_run().pair_blocks_once;
+                }
             }
         }
     }
+    assert!(pairs_swept > 0, "no pair of blocks was swept two-sided with the sort selector");
 }

@@ -53,9 +53,13 @@ impl GpuTimes {
         match step {
             Step::Norms => self.prepare_rows += seconds,
             Step::Distance | Step::DistancePublishing => self.distance += seconds,
-            Step::SelectRows | Step::SortSelectPairs | Step::SortSelectRowKeys | Step::SortSelectTake => {
-                self.select += seconds
-            }
+            Step::SelectRows
+            | Step::SortSelectPairs
+            | Step::SortSelectRowKeys
+            | Step::SortSelectTake
+            | Step::SortSelectColumnKeys
+            | Step::SortSelectTakeColumns
+            | Step::SortSelectOrderRowKeys => self.select += seconds,
             Step::Filter => self.filter += seconds,
             Step::GatherRows | Step::SelectShort => self.lists += seconds,
             Step::Merge | Step::MergeWide => self.merge += seconds,

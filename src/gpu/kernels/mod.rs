@@ -161,11 +161,19 @@ impl Kernels {
                     _ => &built.add_offsets,
                 }
             }
-            Step::SortSelectPairs | Step::SortSelectRowKeys | Step::SortSelectTake => {
+            Step::SortSelectPairs
+            | Step::SortSelectRowKeys
+            | Step::SortSelectTake
+            | Step::SortSelectColumnKeys
+            | Step::SortSelectTakeColumns
+            | Step::SortSelectOrderRowKeys => {
                 let built = self.sort_select.get().expect("built (`sort_select_kernels`) before it is planned");
                 match step {
                     Step::SortSelectPairs => &built.pairs.pipeline,
                     Step::SortSelectRowKeys => &built.row_keys,
+                    Step::SortSelectColumnKeys => &built.columns.pipeline,
+                    Step::SortSelectTakeColumns => &built.take_columns,
+                    Step::SortSelectOrderRowKeys => &built.order_row_keys,
                     _ => &built.take,
                 }
             }
@@ -230,6 +238,12 @@ pub(in crate::gpu) enum Step {
     SortSelectRowKeys,
     /// Each row's list taken from its sorted pairs (`take_rows`).
     SortSelectTake,
+    /// The key order kept and the pairs keyed by column (`column_keys`).
+    SortSelectColumnKeys,
+    /// Each column's best appended to its row's shortlist (`take_columns`).
+    SortSelectTakeColumns,
+    /// The kept key order keyed by row (`order_row_keys`).
+    SortSelectOrderRowKeys,
 }
 
 /// One dispatch: kernel, parameter slot, workgroups, bind group.

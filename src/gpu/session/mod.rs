@@ -192,7 +192,8 @@ impl CorpusSession<'_> {
             } else {
                 self.plan.chunk_rows.div_ceil(tiles.column_tile)
             };
-            TileKey { corpus: (self.corpus.rows(), d), tiles, kc, column_tiles, gpu_exact, certify_k }
+            let sorts_columns = gpu.sort_select && tiles.symmetric;
+            TileKey { corpus: (self.corpus.rows(), d), tiles, kc, column_tiles, gpu_exact, certify_k, sorts_columns }
         };
         let mut key = key_of(tiles);
         let mut reused = true;

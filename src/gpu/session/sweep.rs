@@ -3,7 +3,7 @@
 //! bounded sweep is in `bounded`.
 
 use super::corpus::PreparedRows;
-use super::tile_buffers::TileBuffers;
+use super::tile_buffers::{TileBuffers, TileSorts};
 use super::{CorpusSession, QueryTile};
 use crate::data::MatrixRef;
 use crate::error::Result;
@@ -11,7 +11,7 @@ use crate::gpu::kernels::{
     bind_group, bind_group_at, gemm_tiles, grid, metric_modes, publishing_groups, DistanceParams, Job, NormsParams,
     ParamSlots, SelectParams, SortSelectParams, Step, WIDE_MERGE_KC,
 };
-use crate::gpu::sort::{Pairs, RadixSort, SortKey};
+use crate::gpu::sort::{Pairs, SortKey};
 use crate::plan::{self, TilePlan};
 use crate::refine::NONE;
 use std::sync::Arc;
@@ -175,7 +175,7 @@ impl CorpusSession<'_> {
             let mut column_binds = column_binds.iter();
             // The batch index sort's two sorts for each width of dense tile in this batch (of a
             // sparse sweep, only its first tile is dense).
-            let sorted_tiles: Vec<(usize, Arc<[RadixSort; 2]>)> = if gpu.sort_select {
+            let sorted_tiles: Vec<(usize, Arc<TileSorts>)> = if gpu.sort_select {
                 let tiles_here = column_tiles.iter().flatten().enumerate();
                 let dense = tiles_here.filter(|&(i, _)| !tiles.sparse || (first_tile && i == 0));
                 let mut widths: Vec<usize> = dense.map(|(_, &(_, cols))| cols).collect();
@@ -186,6 +186,7 @@ impl CorpusSession<'_> {
                 Vec::new()
             };
             let sort_select_bind = gpu.sort_select.then(|| self.sort_select_bind(b, base, kc)).transpose()?;
+            let sort_columns_bind = b.key_order.as_ref().map(|order| self.sort_columns_bind(b, order)).transpose()?;
 
             let mut params = ParamSlots::default();
             let mut jobs = Vec::new();
@@ -209,6 +210,12 @@ impl CorpusSession<'_> {
                     // their shortlists; a sparse tile keeps nothing else.
                     let shortlist_cap = if first_tile { 0 } else { cap as u32 };
                     let sparse = tiles.sparse && !first_tile;
+                    let sorts = sorted_tiles.iter().find(|(width, _)| *width == cols).map(|(_, sorts)| sorts);
+                    // A sorted dense tile gives its column side from its own sort.
+                    let sorted_columns = !sparse
+                        && (col_base as usize) < appends_below
+                        && sort_columns_bind.is_some()
+                        && sorts.is_some_and(|s| s.by_column.is_some());
                     let tile_count = gemm_tiles(rows, cols);
                     let publishing = publishing_bind.as_ref().filter(|_| first_tile).map(|(bind, _)| bind);
                     let groups = if publishing.is_some() { publishing_groups(tile_count) } else { tile_count };
@@ -224,7 +231,7 @@ impl CorpusSession<'_> {
                         groups_x: gx,
                         shortlist_cap,
                         row_base: base as u32,
-                        column_end: appends_below as u32,
+                        column_end: if sorted_columns { col_base } else { appends_below as u32 },
                         column_cap: cap as u32,
                         publish_len: publishing_bind.as_ref().filter(|_| first_tile).map_or(0, |&(_, len)| len),
                         ..Default::default()
@@ -249,11 +256,9 @@ impl CorpusSession<'_> {
                     // The tile's kc best: straight into the running lists for the first tile,
                     // else into the tile region; a sparse tile has only its shortlists.
                     let out_offset = if first_tile { 0 } else { tile_region };
-                    let sorts = sorted_tiles.iter().find(|(width, _)| *width == cols).map(|(_, sorts)| sorts);
                     match (sparse, sorts, &sort_select_bind) {
                         (true, _, _) => {}
                         (false, Some(sorts), Some(bind)) => {
-                            let [by_key, by_row] = &**sorts;
                             let pairs = grid((rows * cols).div_ceil(256), gpu.max_groups);
                             let take = SortSelectParams {
                                 rows: rows as u32,
@@ -264,12 +269,29 @@ impl CorpusSession<'_> {
                                 out_stride: kc as u32,
                                 out_offset,
                                 groups_x: sx,
+                                row_base: base as u32,
+                                column_end: appends_below as u32,
+                                column_cap: cap as u32,
+                                pad: 0,
                             };
                             let offset = params.push(SortSelectParams { groups_x: pairs.0, ..take });
                             jobs.push(Job { step: Step::SortSelectPairs, offset, groups: pairs, bind });
-                            jobs.extend(by_key.jobs());
-                            jobs.push(Job { step: Step::SortSelectRowKeys, offset, groups: pairs, bind });
-                            jobs.extend(by_row.jobs());
+                            jobs.extend(sorts.by_key.jobs());
+                            match (&sorts.by_column, &sort_columns_bind) {
+                                (Some(by_column), Some(columns)) if sorted_columns => {
+                                    let (cx, cy) = grid(cols, gpu.max_groups);
+                                    let take_offset = params.push(SortSelectParams { groups_x: cx, ..take });
+                                    let step = Step::SortSelectColumnKeys;
+                                    jobs.push(Job { step, offset, groups: pairs, bind: columns });
+                                    jobs.extend(by_column.jobs());
+                                    let step = Step::SortSelectTakeColumns;
+                                    jobs.push(Job { step, offset: take_offset, groups: (cx, cy), bind: columns });
+                                    let step = Step::SortSelectOrderRowKeys;
+                                    jobs.push(Job { step, offset, groups: pairs, bind: columns });
+                                }
+                                _ => jobs.push(Job { step: Step::SortSelectRowKeys, offset, groups: pairs, bind }),
+                            }
+                            jobs.extend(sorts.by_row.jobs());
                             let offset = params.push(take);
                             jobs.push(Job { step: Step::SortSelectTake, offset, groups: (sx, sy), bind });
                         }
@@ -328,10 +350,11 @@ impl CorpusSession<'_> {
         publishing.ok_or_else(|| crate::error::Error::Gpu("a corpus of no rows has nothing to sweep".into()))
     }
 
-    /// The batch index sort's two sorts of a dense tile of `rows` x `cols` keys, in the
-    /// select's auxiliary arrays: the keys with their positions, then, keeping that order,
-    /// the positions by row. Planned once per tile shape and set of buffers.
-    fn tile_sorts(&self, b: &TileBuffers, rows: usize, cols: usize) -> Result<Arc<[RadixSort; 2]>> {
+    /// The batch index sort's sorts of a dense tile of `rows` x `cols` keys, in the select's
+    /// auxiliary arrays: the keys with their positions, then, keeping that order, the
+    /// positions by row, and (where `b` keeps a key order: a symmetric sweep) by column.
+    /// Planned once per tile shape and set of buffers.
+    fn tile_sorts(&self, b: &TileBuffers, rows: usize, cols: usize) -> Result<Arc<TileSorts>> {
         let mut kept = b.tile_sorts.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, sorts)) = kept.iter().find(|(shape, _)| *shape == (rows, cols)) {
             return Ok(sorts.clone());
@@ -339,17 +362,35 @@ impl CorpusSession<'_> {
         let gpu = self.gpu;
         let pairs = || Pairs { keys: &b.aux[0], values: &b.aux[1] };
         let scratch = || Some(Pairs { keys: &b.aux[2], values: &b.aux[3] });
-        let row_bits = usize::BITS - (rows.max(2) - 1).leading_zeros();
-        let sorts = Arc::new([
-            gpu.plan_sort(pairs(), scratch(), rows * cols, SortKey::Float)?,
-            gpu.plan_sort(pairs(), scratch(), rows * cols, SortKey::Bits(row_bits))?,
-        ]);
+        let bits = |values: usize| usize::BITS - (values.max(2) - 1).leading_zeros();
+        let by_column = match b.key_order {
+            Some(_) => Some(gpu.plan_sort(pairs(), scratch(), rows * cols, SortKey::Bits(bits(cols)))?),
+            None => None,
+        };
+        let sorts = Arc::new(TileSorts {
+            by_key: gpu.plan_sort(pairs(), scratch(), rows * cols, SortKey::Float)?,
+            by_row: gpu.plan_sort(pairs(), scratch(), rows * cols, SortKey::Bits(bits(rows)))?,
+            by_column,
+        });
         // A sweep meets a few tile shapes (full, last, sparse widths); more are not kept.
         if kept.len() == MAX_KEPT_TILE_SORTS {
             kept.remove(0);
         }
         kept.push(((rows, cols), sorts.clone()));
         Ok(sorts)
+    }
+
+    /// The column side's bind group of the batch index sort selector: every row's state and
+    /// shortlist, bound from row 0, and the kept key order.
+    fn sort_columns_bind(&self, b: &TileBuffers, key_order: &wgpu::Buffer) -> Result<wgpu::BindGroup> {
+        let gpu = self.gpu;
+        let kernels = gpu.kernels.sort_select_kernels(&gpu.ctx)?;
+        Ok(bind_group(
+            &gpu.ctx.device,
+            &kernels.columns.layout,
+            &b.uniform,
+            &[&b.dist, &b.aux[0], &b.aux[1], &b.candidates, &b.row_state, key_order, &b.shortlist_len, &b.shortlist],
+        ))
     }
 
     /// The batch index sort selector's bind group with the per-row arrays bound from state

@@ -5,6 +5,7 @@ use super::corpus::PreparedRows;
 use crate::error::Result;
 use crate::gpu::engine::GpuEngine;
 use crate::gpu::kernels::{AUX_NAMES, MAX_CERTIFY_KC, PARAM_SLOT};
+use crate::gpu::sort::RadixSort;
 use crate::plan::{TilePlan, WIDE_ROWS};
 
 /// What the buffers of a round of candidates depend on.
@@ -17,6 +18,9 @@ pub(in crate::gpu) struct TileKey {
     pub(super) gpu_exact: bool,
     /// k, when rows are ranked and certified on the GPU.
     pub(super) certify_k: Option<usize>,
+    /// The batch index sort selector gives a symmetric sweep's column side too, which keeps
+    /// a tile's key order (`TileBuffers::key_order`).
+    pub(super) sorts_columns: bool,
 }
 
 impl TileKey {
@@ -87,6 +91,9 @@ pub(in crate::gpu) struct TileBuffers {
     /// The select's two auxiliary arrays, keys and indices apart, in binding order (a's keys,
     /// a's indices, b's keys, b's indices; select.wgsl).
     pub(super) aux: [wgpu::Buffer; 4],
+    /// A tile's key-sorted positions, kept while the batch index sort selector sorts them by
+    /// column, for its sort by row (`sort_select.wgsl`).
+    pub(super) key_order: Option<wgpu::Buffer>,
     pub(super) candidates: wgpu::Buffer,
     /// Lengths and pairs of each row's shortlist: in a bounded sweep, of each row's list of
     /// every key under its bound.
@@ -109,11 +116,19 @@ pub(in crate::gpu) struct TileBuffers {
     pub(super) sizes: TileSizes,
     /// The batch index sort selector's sorts of a tile, by its (rows, columns), planned in
     /// `aux` on first use and kept while these buffers are (`CorpusSession::tile_sorts`).
-    pub(super) tile_sorts: std::sync::Mutex<Vec<TileSorts>>,
+    pub(super) tile_sorts: std::sync::Mutex<Vec<KeptTileSorts>>,
 }
 
-/// A tile's shape and the batch index sort selector's two sorts of it: by key, then by row.
-pub(super) type TileSorts = ((usize, usize), std::sync::Arc<[crate::gpu::sort::RadixSort; 2]>);
+/// A tile's shape and its sorts.
+pub(super) type KeptTileSorts = ((usize, usize), std::sync::Arc<TileSorts>);
+
+/// The batch index sort selector's sorts of one tile shape: by key, then, keeping that order,
+/// by row and (in a symmetric sweep) by column.
+pub(super) struct TileSorts {
+    pub(super) by_key: RadixSort,
+    pub(super) by_row: RadixSort,
+    pub(super) by_column: Option<RadixSort>,
+}
 
 /// Bytes of each buffer of a set of tile buffers, from its key (`TileBuffers::new`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -126,6 +141,8 @@ pub(super) struct TileSizes {
     dist: u64,
     /// Each of the auxiliary arrays' four buffers (keys and indices of each).
     aux: u64,
+    /// `TileBuffers::key_order`; 0: none.
+    key_order: u64,
     candidates: u64,
     shortlist_len: u64,
     shortlist: u64,
@@ -147,13 +164,15 @@ struct CertifySizes {
 
 impl TileSizes {
     pub(super) fn of(d: usize, key: &TileKey) -> Self {
-        let TileKey { tiles, kc, column_tiles, gpu_exact, certify_k, .. } = *key;
+        let TileKey { tiles, kc, column_tiles, gpu_exact, certify_k, sorts_columns, .. } = *key;
         let q = tiles.query_rows;
         let state_rows = key.state_rows();
         // Parameter slots per distance tile: distance, select (two for the batch index sort
-        // selector), merge, and the merges of the column rows' shortlists (a query tile's rows
-        // at a time). A bounded sweep's tile takes three: distance, filter, select.
-        let slots_per_tile = 4 + if tiles.symmetric { tiles.column_tile.div_ceil(q) } else { 0 };
+        // selector, three with its column side), merge, and the merges of the column rows'
+        // shortlists (a query tile's rows at a time). A bounded sweep's tile takes three:
+        // distance, filter, select.
+        let slots_per_tile =
+            4 + usize::from(sorts_columns) + if tiles.symmetric { tiles.column_tile.div_ceil(q) } else { 0 };
         let certify = certify_k.map(|k| CertifySizes {
             error_bounds: (q * 8) as u64,
             answers: CertifyLayout::new(q, k).flags_at,
@@ -172,6 +191,7 @@ impl TileSizes {
             failed: (state_rows * 4) as u64,
             dist: (q * tiles.dist_stride * 4) as u64,
             aux: (q * tiles.scratch_stride * 4) as u64,
+            key_order: if sorts_columns { (q * tiles.scratch_stride * 4) as u64 } else { 0 },
             candidates: ((state_rows + q) * kc * 8) as u64,
             shortlist_len: (state_rows * 4) as u64,
             shortlist: (state_rows * tiles.shortlist_cap * 8).max(8) as u64,
@@ -205,7 +225,7 @@ impl TileSizes {
     }
 
     /// The sizes of the buffers every set has.
-    fn plain_sizes(&self) -> [u64; 12] {
+    fn plain_sizes(&self) -> [u64; 13] {
         [
             self.raw_queries,
             self.query_vectors,
@@ -214,6 +234,7 @@ impl TileSizes {
             self.failed,
             self.dist,
             self.aux,
+            self.key_order,
             self.candidates,
             self.shortlist_len,
             self.shortlist,
@@ -304,6 +325,10 @@ impl TileBuffers {
                 buffer(old(|e| &e.aux[2]), AUX_NAMES[2], want.aux, storage)?,
                 buffer(old(|e| &e.aux[3]), AUX_NAMES[3], want.aux, storage)?,
             ],
+            key_order: match want.key_order {
+                0 => None,
+                bytes => Some(buffer(earlier.and_then(|e| e.key_order.as_ref()), "key order", bytes, storage)?),
+            },
             candidates: buffer(old(|e| &e.candidates), "candidates", want.candidates, storage | copy)?,
             shortlist_len: buffer(old(|e| &e.shortlist_len), "shortlist lengths", want.shortlist_len, storage | copy)?,
             shortlist: buffer(old(|e| &e.shortlist), "shortlists", want.shortlist, storage)?,
