@@ -12,6 +12,7 @@ use crate::data::{AnswerMemory, FinishedRows, Matrix, MatrixRef, Neighbors};
 use crate::engine::{retry_smaller, Engine};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuEngine, GpuSettings, GpuTimes, MAX_CERTIFY_KC};
+use crate::lowdim::hybrid;
 use crate::lowdim::kdtree::{self, KdTreeJob};
 use crate::metric::Metric;
 use crate::partition::{self, checkpoint, BlockPlan, RowSink};
@@ -92,6 +93,12 @@ pub enum Algorithm {
     /// [`Options::max_host_memory`] are computed by brute force; a graph whose answer alone
     /// does not fit is handed over in blocks of rows ([`Knn::graph_streamed`]).
     KdTree,
+    /// The GPU grid and the kd-tree together (Gowanlock's HybridKNN-Join): the GPU answers
+    /// query rows in dense regions from a grid of the corpus, the CPU's threads the rest by
+    /// the kd-tree, from the two ends of one queue. Euclidean and squared euclidean distances
+    /// in 1 to 6 dimensions; without a GPU engine the kd-tree answers every row, and
+    /// elsewhere as [`Algorithm::KdTree`].
+    Hybrid,
 }
 
 impl FromStr for Algorithm {
@@ -102,7 +109,10 @@ impl FromStr for Algorithm {
             "auto" => Ok(Algorithm::Auto),
             "brute" => Ok(Algorithm::Brute),
             "kdtree" | "kd-tree" | "kd_tree" => Ok(Algorithm::KdTree),
-            _ => Err(Error::arg("algorithm", format!("unknown algorithm {s:?}; expected auto, brute or kdtree"))),
+            "hybrid" => Ok(Algorithm::Hybrid),
+            _ => {
+                Err(Error::arg("algorithm", format!("unknown algorithm {s:?}; expected auto, brute, hybrid or kdtree")))
+            }
         }
     }
 }
@@ -113,6 +123,7 @@ impl std::fmt::Display for Algorithm {
             Algorithm::Auto => "auto",
             Algorithm::Brute => "brute force",
             Algorithm::KdTree => "kd-tree",
+            Algorithm::Hybrid => "hybrid GPU grid and kd-tree",
         })
     }
 }
@@ -280,8 +291,14 @@ impl Options {
 /// How the last search or graph went: how often the fp32 candidates had to be widened.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RunStats {
-    /// The algorithm that ran: [`Algorithm::Brute`] or [`Algorithm::KdTree`].
+    /// The algorithm that ran: [`Algorithm::Brute`], [`Algorithm::KdTree`] or
+    /// [`Algorithm::Hybrid`].
     pub algorithm: Algorithm,
+    /// Query rows of a hybrid run that the GPU grid took.
+    pub rows_on_grid: usize,
+    /// Of [`RunStats::rows_on_grid`], those whose grid candidates proved the answer (the
+    /// kd-tree answered the rest).
+    pub rows_proven_by_grid: usize,
     /// Candidate rounds run (1 when every row was proven exact at once).
     pub rounds: usize,
     /// Query rows that needed more than one round (many near-ties at their k-th neighbour).
@@ -704,9 +721,9 @@ impl Knn {
         let tree_rows = kd_tree_block_rows(problem, asked.memory);
         let partitioned = asked.block_rows.is_some() || asked.checkpoint || asked.ranks > 1 || tree_rows.is_none();
         let algorithm = self.choose_algorithm(metric, data.cols(), partitioned);
-        if algorithm == Algorithm::KdTree && strategy != Strategy::Single {
+        if matches!(algorithm, Algorithm::KdTree | Algorithm::Hybrid) && strategy != Strategy::Single {
             let rows = tree_rows.expect("a tree that fits");
-            self.graph_kd_tree_in_blocks(data, k, metric, rows, sink)?;
+            self.graph_low_dim_in_blocks(algorithm, data, k, metric, rows, sink)?;
             return Ok(None);
         }
         let mut on_disk = None;
@@ -881,7 +898,7 @@ impl Knn {
             crate::memory::check_host_memory(n, nq, d, task.k, 0, self.options.max_host_memory)?;
         }
         let mut answer = match task.algorithm {
-            Algorithm::KdTree => self.run_kd_tree(task)?,
+            Algorithm::KdTree | Algorithm::Hybrid => self.run_low_dim(task)?,
             _ => self.run_any(task)?,
         };
         if self.options.include_self && task.metric != Metric::InnerProduct && task.on_disk.is_none() {
@@ -909,53 +926,37 @@ impl Knn {
         chosen
     }
 
-    /// [`Knn::run`] by the kd-tree.
-    fn run_kd_tree(&self, task: &Task<'_>) -> Result<Neighbors> {
-        let started = std::time::Instant::now();
+    /// [`Knn::run`] by the kd-tree or the hybrid join.
+    fn run_low_dim(&self, task: &Task<'_>) -> Result<Neighbors> {
         let (nq, k) = (task.queries.rows(), task.k);
         let (mut indices, mut distances) = task.answers.take(nq * k);
-        let progress = self.options.progress.clone();
-        let report = move |done: usize| {
-            if let Some(p) = &progress {
-                p(done as u64, nq as u64)
-            }
-        };
         let job =
             KdTreeJob { corpus: task.corpus, queries: task.queries, exclude: &task.exclude, k, metric: task.metric };
-        kdtree::knn(&job, kdtree::Answers::Whole { indices: &mut indices, distances: &mut distances }, &report)?;
-        let stats = RunStats {
-            algorithm: Algorithm::KdTree,
-            rounds: 1,
-            candidate_seconds: started.elapsed().as_secs_f64(),
-            workers: 1,
-            ..RunStats::default()
-        };
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
+        self.answer_low_dim(
+            task.algorithm,
+            &job,
+            kdtree::Answers::Whole { indices: &mut indices, distances: &mut distances },
+        )?;
         Ok(Neighbors { indices, distances, queries: nq, k })
     }
 
-    /// The graph of `data` by the kd-tree, handed to `sink` in blocks of `rows` rows as they
-    /// are answered, for graphs whose answer does not fit host memory whole.
-    fn graph_kd_tree_in_blocks(
+    /// The graph of `data` by the kd-tree or the hybrid join, handed to `sink` in blocks of
+    /// `rows` rows as they are answered, for graphs whose answer does not fit host memory
+    /// whole.
+    fn graph_low_dim_in_blocks(
         &self,
+        algorithm: Algorithm,
         data: MatrixRef<'_>,
         k: usize,
         metric: Metric,
         rows: usize,
         sink: &mut RowSink<'_>,
     ) -> Result<()> {
-        let started = std::time::Instant::now();
         prepare::validate_corpus("data", data, metric)?;
         self.check_graph_k(data.rows(), k)?;
         let n = data.rows();
         let include_self = self.options.include_self;
         let exclude: Vec<u32> = if include_self { vec![NONE; n] } else { (0..n as u32).collect() };
-        let progress = self.options.progress.clone();
-        let report = move |done: usize| {
-            if let Some(p) = &progress {
-                p(done as u64, n as u64)
-            }
-        };
         let mut hand_over = |first: usize, indices: &mut [u32], distances: &mut [f32]| {
             if include_self && metric != Metric::InnerProduct {
                 put_self_first(first, k, indices, distances);
@@ -963,14 +964,36 @@ impl Knn {
             sink(first, indices, distances)
         };
         let job = KdTreeJob { corpus: data, queries: data, exclude: &exclude, k, metric };
-        kdtree::knn(&job, kdtree::Answers::Blocks { rows, sink: &mut hand_over }, &report)?;
-        let stats = RunStats {
-            algorithm: Algorithm::KdTree,
-            rounds: 1,
-            candidate_seconds: started.elapsed().as_secs_f64(),
-            workers: 1,
-            ..RunStats::default()
+        self.answer_low_dim(algorithm, &job, kdtree::Answers::Blocks { rows, sink: &mut hand_over })
+    }
+
+    /// Answers `job` by `algorithm` (the kd-tree, or the hybrid join where the engine is a
+    /// GPU), reporting progress and recording the run's statistics.
+    fn answer_low_dim(&self, algorithm: Algorithm, job: &KdTreeJob<'_>, answers: kdtree::Answers<'_>) -> Result<()> {
+        let started = std::time::Instant::now();
+        let nq = job.queries.rows();
+        let progress = self.options.progress.clone();
+        let report = move |done: usize| {
+            if let Some(p) = &progress {
+                p(done as u64, nq as u64)
+            }
         };
+        let mut stats = RunStats { algorithm, rounds: 1, workers: 1, ..RunStats::default() };
+        match (&self.engine, algorithm) {
+            (Engine::Gpu(gpu), Algorithm::Hybrid) => {
+                let run = hybrid::knn(job, gpu, answers, &report)?;
+                if let (Some(notice), Some(e)) = (&self.options.notice, &run.gpu_error) {
+                    notice(&format!("the GPU grid stopped ({e}); the kd-tree answered the rest"));
+                }
+                stats.rows_on_grid = run.gpu_rows;
+                stats.rows_proven_by_grid = run.gpu_proven;
+            }
+            _ => {
+                stats.algorithm = Algorithm::KdTree;
+                kdtree::knn(job, answers, &report)?;
+            }
+        }
+        stats.candidate_seconds = started.elapsed().as_secs_f64();
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = stats;
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! few dimensions), then for brute force one pass over the whole data on one engine, or the
 //! partitioned graph of P x P blocks dealt to several workers.
 
-use crate::lowdim::kdtree;
+use crate::lowdim::{hybrid, kdtree};
 use crate::memory;
 use crate::metric::Metric;
 use crate::partition::BlockPlan;
@@ -60,6 +60,32 @@ pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<Stri
             )),
         ),
         Algorithm::KdTree => chosen("asked for".into()),
+        Algorithm::Hybrid if partitioned => (
+            Algorithm::Brute,
+            Some(
+                "algorithm: brute force, as the hybrid join does not partition a graph into blocks (asked for, or \
+                  needed to fit the memory limit)"
+                    .into(),
+            ),
+        ),
+        Algorithm::Hybrid if !hybrid::handles(metric, d) => (
+            Algorithm::Brute,
+            Some(format!(
+                "algorithm: brute force, as the hybrid join takes euclidean and sqeuclidean distances in 1 to {} \
+                 dimensions, not {metric} in {d}",
+                crate::gpu::GRID_MAX_DIMS
+            )),
+        ),
+        Algorithm::Hybrid if !gpu => {
+            chosen("the hybrid join asked for, with no GPU engine: the kd-tree does all".into())
+        }
+        Algorithm::Hybrid => (
+            Algorithm::Hybrid,
+            Some(
+                "algorithm: hybrid, the GPU grid for dense regions and the kd-tree on the CPU's threads (asked for)"
+                    .into(),
+            ),
+        ),
         Algorithm::Auto => {
             let most = if gpu { AUTO_KD_TREE_DIM_GPU } else { AUTO_KD_TREE_DIM_CPU };
             if tree_takes && !partitioned && !gpu_forced && d <= most {

@@ -13,13 +13,14 @@
 //! kernel with its parameters, bindings and pipelines; `submit` the submission of dispatches;
 //! `profile` kernel times; `transfer` buffers, uploads and read-backs; `session` a prepared
 //! corpus and the candidate search against it; `context` adapter discovery and error capture;
-//! `shaders` the WGSL sources; `sort` the radix sort other kernels' drivers call; `bench` the
+//! `shaders` the WGSL sources; `sort` the radix sort other kernels' drivers call; `grid` the low-dimensional grid; `bench` the
 //! benchmarks of one kernel alone.
 
 mod bench;
 mod context;
 mod diagnose;
 mod engine;
+mod grid;
 mod kernels;
 mod profile;
 mod session;
@@ -32,6 +33,8 @@ pub(crate) use context::identical_gpus;
 pub use context::{adapters, AdapterReport};
 pub use diagnose::missing_gpu_hint;
 pub(crate) use engine::{GpuEngine, GpuSettings};
+pub(crate) use grid::{GpuGrid, GridAnswers, GridCells};
+pub(crate) use kernels::GRID_MAX_DIMS;
 pub(crate) use kernels::MAX_CERTIFY_KC;
 pub use profile::GpuTimes;
 pub(crate) use session::CorpusSession;

@@ -29,6 +29,8 @@ pub struct GpuTimes {
     /// Radix sort passes and the prefix sums of their counts (`radix_sort.wgsl`,
     /// `prefix_sum.wgsl`).
     pub sort: f64,
+    /// The low-dimensional grid's kernels (`grid.wgsl`): cell ids and queries.
+    pub grid: f64,
     /// Host time uploading inputs and reading candidates back, summed over threads: copies out
     /// of one query tile's read-back overlap the next tile's kernels.
     pub transfers: f64,
@@ -72,6 +74,7 @@ impl GpuTimes {
             | Step::CopyMutualKeys => self.refine += seconds,
             Step::Certify | Step::SortRuns | Step::CertifyRuns => self.certify += seconds,
             Step::SortCount | Step::SortScatter | Step::ScanBlocks | Step::ScanAddOffsets => self.sort += seconds,
+            Step::GridCellIds | Step::GridQuery => self.grid += seconds,
         }
     }
 }

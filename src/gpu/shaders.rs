@@ -44,6 +44,9 @@ pub const PREFIX_SUM: &str = include_str!("../../shaders/prefix_sum.wgsl");
 /// The batch index sort selector's kernels around the radix sort (`shaders/sort_select.wgsl`).
 pub const SORT_SELECT: &str = include_str!("../../shaders/sort_select.wgsl");
 
+/// The low-dimensional grid's kernels (`shaders/grid.wgsl`).
+pub const GRID: &str = include_str!("../../shaders/grid.wgsl");
+
 /// The radix sort's pass with the `scatter` entry point the adapter supports.
 pub fn radix_sort(subgroups: bool) -> String {
     let entry = if subgroups { RADIX_ENTRY_SUBGROUP } else { RADIX_ENTRY_WORKGROUP };
@@ -185,5 +188,6 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("radix_sort_workgroup", radix_sort(false), false, false),
         m("prefix_sum", PREFIX_SUM.to_string(), false, false),
         m("sort_select", SORT_SELECT.to_string(), false, false),
+        m("grid", GRID.to_string(), false, false),
     ]
 }

@@ -84,15 +84,15 @@ pub(crate) fn knn(job: &KdTreeJob<'_>, answers: Answers<'_>, report: &(dyn Fn(us
 }
 
 /// The distinct points of a corpus, each with the rows that share it.
-struct DistinctPoints<const K: usize> {
-    points: Vec<[f64; K]>,
+pub(super) struct DistinctPoints<const K: usize> {
+    pub(super) points: Vec<[f64; K]>,
     /// Rows of point p: `rows[first[p]..first[p + 1]]`, ascending.
     rows: Vec<u32>,
     first: Vec<u32>,
 }
 
 impl<const K: usize> DistinctPoints<K> {
-    fn of(corpus: MatrixRef<'_>) -> Self {
+    pub(super) fn of(corpus: MatrixRef<'_>) -> Self {
         // -0.0 and +0.0 are one coordinate (their distance is 0): `+ 0.0` makes both +0.0.
         let coords = |i: usize| -> [f32; K] { std::array::from_fn(|c| corpus.row(i)[c] + 0.0) };
         let mut keyed: Vec<([u32; K], u32)> =
@@ -111,15 +111,20 @@ impl<const K: usize> DistinctPoints<K> {
         DistinctPoints { points, rows: keyed.into_iter().map(|(_, row)| row).collect(), first }
     }
 
-    fn rows_of(&self, p: usize) -> &[u32] {
+    pub(super) fn rows_of(&self, p: usize) -> &[u32] {
         &self.rows[self.first[p] as usize..self.first[p + 1] as usize]
     }
 }
 
+/// The kd-tree of a corpus's distinct points.
+pub(super) fn tree_of<const K: usize>(distinct: &DistinctPoints<K>) -> Result<ImmutableKdTree<f64, K>> {
+    ImmutableKdTree::new_from_slice_parallel(&distinct.points)
+        .map_err(|e| Error::arg("algorithm", format!("the kd-tree cannot hold this corpus: {e}")))
+}
+
 fn knn_in<const K: usize>(job: &KdTreeJob<'_>, answers: Answers<'_>, report: &(dyn Fn(usize) + Sync)) -> Result<()> {
     let distinct = DistinctPoints::<K>::of(job.corpus);
-    let tree: ImmutableKdTree<f64, K> = ImmutableKdTree::new_from_slice_parallel(&distinct.points)
-        .map_err(|e| Error::arg("algorithm", format!("the kd-tree cannot hold this corpus: {e}")))?;
+    let tree = tree_of(&distinct)?;
     let done = AtomicUsize::new(0);
     let answer_rows = |first: usize, indices: &mut [u32], distances: &mut [f32]| {
         let k = job.k;
@@ -153,15 +158,15 @@ fn knn_in<const K: usize>(job: &KdTreeJob<'_>, answers: Answers<'_>, report: &(d
 
 /// Buffers a thread reuses from row to row.
 #[derive(Default)]
-struct Scratch {
+pub(super) struct Scratch {
     /// (key, distinct point) of the points the tree returned, ascending by key.
-    points: Vec<(f64, usize)>,
+    pub(super) points: Vec<(f64, usize)>,
     /// (key, row) of the answer.
     answer: Vec<(f64, u32)>,
 }
 
 /// The `k` nearest rows of query row `i`, ascending by (key, row).
-fn nearest<'s, const K: usize>(
+pub(super) fn nearest<'s, const K: usize>(
     job: &KdTreeJob<'_>,
     distinct: &DistinctPoints<K>,
     tree: &ImmutableKdTree<f64, K>,
@@ -172,12 +177,6 @@ fn nearest<'s, const K: usize>(
     let query_row = job.queries.row(i);
     let query: [f64; K] = std::array::from_fn(|c| f64::from(query_row[c]));
     let key_of = |p: usize| job.metric.rank_key_f64(query_row, job.corpus.row(distinct.rows_of(p)[0] as usize));
-    // Rows of point p in the answer: all but the excluded one (found by bisection, since a
-    // point may have many rows).
-    let rows_of = |p: usize| {
-        let rows = distinct.rows_of(p);
-        rows.len() - usize::from(rows.binary_search(&excluded).is_ok())
-    };
     let total = distinct.points.len();
     // Distinct points to ask for: enough for k rows plus one beyond, to show where the k-th
     // key ends, where no two rows share a point; more while the k-th key is not proven.
@@ -188,11 +187,7 @@ fn nearest<'s, const K: usize>(
         scratch.points.clear();
         scratch.points.extend(found.iter().map(|f| (key_of(f.item as usize), f.item as usize)));
         scratch.points.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let mut rows = 0;
-        let kth = scratch.points.iter().find_map(|&(key, p)| {
-            rows += rows_of(p);
-            (rows >= k).then_some(key)
-        });
+        let kth = kth_row_key(distinct, k, excluded, &scratch.points);
         // Every point the tree did not return is at least as far as the farthest it did,
         // by kiddo's keys: by the exact keys, beyond the k-th once that is below the farthest
         // by more than the two may differ.
@@ -204,8 +199,41 @@ fn nearest<'s, const K: usize>(
             _ => asked = (2 * asked).min(total),
         }
     };
-    // Every row of a point nearer than the k-th key, and of the points at it the first rows
-    // by index: the k wanted among those tied at the k-th key are the lowest.
+    rows_answer(distinct, k, excluded, kth_key, scratch)
+}
+
+/// The k-th key over the rows of `scratch.points` (ascending by key), row `excluded` left
+/// out; `None` where they hold fewer than k rows.
+pub(super) fn kth_row_key<const K: usize>(
+    distinct: &DistinctPoints<K>,
+    k: usize,
+    excluded: u32,
+    points: &[(f64, usize)],
+) -> Option<f64> {
+    let mut rows = 0;
+    points.iter().find_map(|&(key, p)| {
+        let of_p = distinct.rows_of(p);
+        rows += of_p.len() - usize::from(of_p.binary_search(&excluded).is_ok());
+        (rows >= k).then_some(key)
+    })
+}
+
+/// The answer from `scratch.points` (ascending by key, holding every point up to
+/// `kth_key`): every row of a point nearer than the k-th key, and of the points at it the
+/// first rows by index, so that the k wanted among those tied at the k-th key are the lowest.
+pub(super) fn rows_answer<'s, const K: usize>(
+    distinct: &DistinctPoints<K>,
+    k: usize,
+    excluded: u32,
+    kth_key: f64,
+    scratch: &'s mut Scratch,
+) -> &'s [(f64, u32)] {
+    // Rows of point p in the answer: all but the excluded one (found by bisection, since a
+    // point may have many rows).
+    let rows_of = |p: usize| {
+        let rows = distinct.rows_of(p);
+        rows.len() - usize::from(rows.binary_search(&excluded).is_ok())
+    };
     scratch.answer.clear();
     let before: usize = scratch.points.iter().take_while(|p| p.0 < kth_key).map(|&(_, p)| rows_of(p)).sum();
     for &(key, p) in scratch.points.iter().take_while(|p| p.0 <= kth_key) {

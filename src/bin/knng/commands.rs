@@ -267,6 +267,12 @@ fn finish(engine: &EngineArgs, knn: &Knn, summary: String, rows: usize, elapsed:
     if stats.algorithm == knng::Algorithm::KdTree {
         widened += ", by the kd-tree";
     }
+    if stats.algorithm == knng::Algorithm::Hybrid {
+        widened += &format!(
+            ", by the GPU grid ({} of {} rows it took) and the kd-tree",
+            stats.rows_proven_by_grid, stats.rows_on_grid
+        );
+    }
     engine.status(format!(
         "{summary} in {} ({:.0} rows/s{widened}); wrote {}",
         seconds(elapsed),

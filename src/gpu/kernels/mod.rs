@@ -8,6 +8,7 @@ mod bounded;
 mod certify;
 mod distance;
 mod filter;
+mod grid;
 mod norms;
 mod pipelines;
 mod refine;
@@ -23,6 +24,8 @@ pub(crate) use certify::MAX_CERTIFY_KC;
 pub(super) use certify::{reported_as, CertifyKernels, CertifyParams};
 pub(super) use distance::{gemm_tiles, publishing_groups, DistanceParams, PUBLISH_STRIDE, TILE_K, TILE_N};
 pub(super) use filter::{FilterParams, FILTER_STRIP};
+pub(crate) use grid::GRID_MAX_DIMS;
+pub(super) use grid::{GridKernels, GridParams, GRID_GROUP};
 pub(super) use norms::NormsParams;
 pub(super) use pipelines::Kernel;
 use pipelines::Pipelines;
@@ -55,6 +58,8 @@ pub(super) struct Kernels {
     sort: OnceLock<SortKernels>,
     /// The batch index sort selector's kernels, built on first use.
     sort_select: OnceLock<SortSelectKernels>,
+    /// The low-dimensional grid's kernels, built on first use.
+    grid: OnceLock<GridKernels>,
     pub(super) select: SelectKernels,
     /// Exact float64 keys of the candidates, where the adapter has SHADER_F64.
     pub(super) refine: Option<RefineKernels>,
@@ -85,6 +90,7 @@ impl Kernels {
             bounded: Default::default(),
             sort: Default::default(),
             sort_select: Default::default(),
+            grid: Default::default(),
             select,
             refine,
             certify,
@@ -126,6 +132,15 @@ impl Kernels {
         }
         let built = ctx.allocating(|| sort_select::create(ctx, &self.pipelines))?;
         Ok(self.sort_select.get_or_init(|| built))
+    }
+
+    /// The low-dimensional grid's kernels, built on first use.
+    pub(super) fn grid_kernels(&self, ctx: &Context) -> Result<&GridKernels> {
+        if let Some(built) = self.grid.get() {
+            return Ok(built);
+        }
+        let built = ctx.allocating(|| grid::create(ctx, &self.pipelines))?;
+        Ok(self.grid.get_or_init(|| built))
     }
 
     /// The kernels of bounded sweeps, once [`Self::bounded_kernels`] has built them.
@@ -175,6 +190,13 @@ impl Kernels {
                     Step::SortSelectTakeColumns => &built.take_columns,
                     Step::SortSelectOrderRowKeys => &built.order_row_keys,
                     _ => &built.take,
+                }
+            }
+            Step::GridCellIds | Step::GridQuery => {
+                let built = self.grid.get().expect("built (`grid_kernels`) before it is planned");
+                match step {
+                    Step::GridCellIds => &built.cell_ids.pipeline,
+                    _ => &built.query_cells,
                 }
             }
             Step::SelectRows => &self.select.rows.pipeline,
@@ -244,6 +266,10 @@ pub(in crate::gpu) enum Step {
     SortSelectTakeColumns,
     /// The kept key order keyed by row (`order_row_keys`).
     SortSelectOrderRowKeys,
+    /// Corpus points keyed by their grid cell (`cell_ids`).
+    GridCellIds,
+    /// Queries' nearest points among the cells around their own (`query_cells`).
+    GridQuery,
 }
 
 /// One dispatch: kernel, parameter slot, workgroups, bind group.

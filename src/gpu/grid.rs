@@ -1,0 +1,157 @@
+//! The low-dimensional grid driven (`shaders/grid.wgsl`): the corpus points keyed by cell on
+//! the GPU and sorted there (`sort.rs`), then batches of queries answered against it. What
+//! the grid's cells are and what its answers prove is decided in `lowdim::grid`.
+
+use super::engine::GpuEngine;
+use super::kernels::{bind_group, grid, GridParams, Job, ParamSlots, Step, GRID_GROUP, GRID_MAX_DIMS};
+use super::sort::{Pairs, SortKey};
+use super::transfer::read_back;
+use crate::error::{Error, Result};
+
+/// The grid's cells: per dimension the corner `lo` and the number of cells, their width
+/// `1 / inv`, and the linear id of cell (c_0, c_1, ...) as the sum of c_j stride_j.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct GridCells {
+    pub lo: Vec<f32>,
+    pub sides: Vec<u32>,
+    pub inv: f32,
+}
+
+impl GridCells {
+    /// Strides of the linear cell id, or `None` where the ids need more than 32 bits.
+    pub(crate) fn strides(&self) -> Option<Vec<u32>> {
+        let mut stride = 1u64;
+        let mut strides = Vec::with_capacity(self.sides.len());
+        for &side in &self.sides {
+            strides.push(u32::try_from(stride).ok()?);
+            stride = stride.checked_mul(u64::from(side))?;
+        }
+        (stride <= u64::from(u32::MAX)).then_some(strides)
+    }
+}
+
+/// Each query's `kc` nearest corpus points (f32 keys, NONE-padded, in no order) among the
+/// cells around its own, and how many points those cells held.
+pub(crate) struct GridAnswers {
+    pub kc: usize,
+    pub keys: Vec<f32>,
+    pub points: Vec<u32>,
+    pub seen: Vec<u32>,
+}
+
+/// A corpus of points indexed on the GPU: the points and their (cell id, point) pairs sorted.
+pub(crate) struct GpuGrid<'g> {
+    gpu: &'g GpuEngine,
+    dims: usize,
+    points: usize,
+    corpus: wgpu::Buffer,
+    geometry: wgpu::Buffer,
+    cell_keys: wgpu::Buffer,
+    cell_points: wgpu::Buffer,
+}
+
+const STORAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_DST).union(wgpu::BufferUsages::COPY_SRC);
+
+impl GpuEngine {
+    /// Indexes `points` (rows of `dims` coordinates) by the cells of `cells` on the GPU.
+    pub(crate) fn build_grid(&self, points: &[f32], dims: usize, cells: &GridCells) -> Result<GpuGrid<'_>> {
+        let n = points.len() / dims.max(1);
+        let strides = cells.strides().filter(|_| (1..=GRID_MAX_DIMS).contains(&dims) && n < u32::MAX as usize);
+        let Some(strides) = strides else {
+            return Err(Error::Gpu(format!(
+                "a grid of {:?} cells in {dims} dimensions has no 32-bit ids",
+                cells.sides
+            )));
+        };
+        let kernels = self.kernels.grid_kernels(&self.ctx)?;
+        let mut words = vec![0u32; 25];
+        for j in 0..dims {
+            words[j] = cells.lo[j].to_bits();
+            words[8 + j] = cells.sides[j];
+            words[16 + j] = strides[j];
+        }
+        words[24] = cells.inv.to_bits();
+        let geometry = self.upload("grid geometry", bytemuck::cast_slice(&words))?;
+        let corpus = self.upload("grid points", bytemuck::cast_slice(points))?;
+        let cell_keys = self.buffer("grid cell ids", n as u64 * 4, STORAGE)?;
+        let cell_points = self.buffer("grid cell points", n as u64 * 4, STORAGE)?;
+        let built = GpuGrid { gpu: self, dims, points: n, corpus, geometry, cell_keys, cell_points };
+        let cells_in_all = u64::from(strides[dims - 1]) * u64::from(cells.sides[dims - 1]);
+        let cell_bits = u64::BITS - cells_in_all.saturating_sub(1).leading_zeros();
+        let sort = self.plan_sort(
+            Pairs { keys: &built.cell_keys, values: &built.cell_points },
+            None,
+            n,
+            SortKey::Bits(cell_bits.max(1)),
+        )?;
+        let (gx, gy) = grid(n.div_ceil(GRID_GROUP), self.max_groups);
+        let mut params = ParamSlots::default();
+        let offset = params.push(GridParams { len: n as u32, dims: dims as u32, groups_x: gx, ..Default::default() });
+        let uniform = self.upload_uniform(&params)?;
+        let unused = [(); 3].map(|_| self.buffer("unused", 4, STORAGE));
+        let [a, b, c] = unused;
+        let (a, b, c) = (a?, b?, c?);
+        let bind = bind_group(
+            &self.ctx.device,
+            &kernels.cell_ids.layout,
+            &uniform,
+            &[&built.geometry, &built.corpus, &built.cell_keys, &built.cell_points, &a, &b, &c, &built.corpus],
+        );
+        let mut jobs = vec![Job { step: Step::GridCellIds, offset, groups: (gx, gy), bind: &bind }];
+        jobs.extend(sort.jobs());
+        let encoder = self.ctx.device.create_command_encoder(&Default::default());
+        let submitted = self.submit(encoder, &jobs)?;
+        self.completion(submitted)?;
+        Ok(built)
+    }
+}
+
+impl GpuGrid<'_> {
+    /// Most queries a batch of [`Self::query`] takes with `kc` slots each: a quarter of the
+    /// engine's budget for their coordinates, heaps and counts.
+    pub(crate) fn query_rows(&self, kc: usize) -> usize {
+        let per_query = (self.dims * 4 + kc * 8 + 4) as u64;
+        let binding = self.gpu.max_binding / (kc as u64 * 4).max(1);
+        (self.gpu.budget().budget / 4 / per_query).min(binding).max(1) as usize
+    }
+
+    /// Answers `queries` (rows of the grid's dimensions): each one's `kc` nearest points among
+    /// the cells around its own.
+    pub(crate) fn query(&self, queries: &[f32], kc: usize) -> Result<GridAnswers> {
+        let gpu = self.gpu;
+        let nq = queries.len() / self.dims;
+        let kernels = gpu.kernels.grid_kernels(&gpu.ctx)?;
+        let coords = gpu.upload("grid queries", bytemuck::cast_slice(queries))?;
+        let heap_bytes = (nq * kc) as u64 * 4;
+        let heap_keys = gpu.buffer("grid heap keys", heap_bytes, STORAGE)?;
+        let heap_ids = gpu.buffer("grid heap points", heap_bytes, STORAGE)?;
+        let seen = gpu.buffer("grid points seen", nq as u64 * 4, STORAGE)?;
+        let (gx, gy) = grid(nq.div_ceil(GRID_GROUP), gpu.max_groups);
+        let mut params = ParamSlots::default();
+        let offset = params.push(GridParams {
+            len: nq as u32,
+            dims: self.dims as u32,
+            kc: kc as u32,
+            groups_x: gx,
+            points: self.points as u32,
+            ..Default::default()
+        });
+        let uniform = gpu.upload_uniform(&params)?;
+        let bind = bind_group(
+            &gpu.ctx.device,
+            &kernels.cell_ids.layout,
+            &uniform,
+            &[&self.geometry, &coords, &self.cell_keys, &self.cell_points, &heap_keys, &heap_ids, &seen, &self.corpus],
+        );
+        let jobs = [Job { step: Step::GridQuery, offset, groups: (gx, gy), bind: &bind }];
+        let encoder = gpu.ctx.device.create_command_encoder(&Default::default());
+        let submitted = gpu.submit(encoder, &jobs)?;
+        gpu.completion(submitted)?;
+        let keys: Vec<f32> = read_back(gpu, &heap_keys, Some(nq * kc * 4))?;
+        let points: Vec<u32> = read_back(gpu, &heap_ids, Some(nq * kc * 4))?;
+        let seen: Vec<u32> = read_back(gpu, &seen, Some(nq * 4))?;
+        gpu.ctx.wait()?;
+        Ok(GridAnswers { kc, keys, points, seen })
+    }
+}

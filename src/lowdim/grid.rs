@@ -1,0 +1,127 @@
+//! The GPU grid's plan and proof (Gowanlock's HybridKNN-Join, sections 4.3-4.4): the cell
+//! width from a sample of the data's k-th neighbour distances, and whether a query's grid
+//! candidates prove its answer.
+//!
+//! A query's candidates are the `kc` nearest points by f32 key among the 3^d cells around its
+//! own (`shaders/grid.wgsl`). Every point outside those cells is at least `reach` away (the
+//! cell width less what f32 cell coordinates may be off by), and every point inside them
+//! that is not a candidate has an f32 key no smaller than the largest candidate's. The
+//! answer is proven when its k-th exact key is below both, the f32 key's own error taken off.
+
+use crate::gpu::GridCells;
+
+/// Fraction of the sampled queries whose k-th neighbour lies within the cell width: the
+/// grid is sized so that about this many queries succeed on the GPU; the rest (sparse
+/// regions) fail and go to the kd-tree.
+const SUCCESS_QUANTILE: f64 = 0.8;
+
+/// Query rows sampled for the cell width.
+pub(super) const SAMPLE_ROWS: usize = 256;
+
+/// Most cells a side: the bound below on how far f32 cell coordinates may be off grows with
+/// it (`reach`).
+const MAX_SIDE: f64 = 65536.0;
+
+/// Most cells in all: ids are 32-bit.
+const MAX_CELLS: f64 = 4.0e9;
+
+/// Relative error of an f32 squared distance of `MAX_DIM` terms against the exact one (each
+/// difference and fused multiply-add rounds once: (d + 2) 2^-24 < 2^-20), with room for the
+/// float64 key's own.
+const F32_KEY_ERROR: f64 = 1.0 / (1u64 << 19) as f64;
+
+/// Absolute error of an f32 key whose terms fall to subnormals.
+const F32_KEY_FLOOR: f64 = 1e-36;
+
+/// The grid of a corpus and what its cells guarantee.
+#[derive(Clone, Debug)]
+pub(super) struct GridPlan {
+    pub(super) cells: GridCells,
+    /// Squared distance within which the 3^d cells around a query hold every point.
+    pub(super) reach_key: f64,
+}
+
+/// The grid for `points` (distinct corpus points) given the squared k-th neighbour
+/// distances of sampled queries, or `None` where no grid of 32-bit cell ids is fine enough
+/// to help (every sampled query would fail).
+pub(super) fn plan<const K: usize>(points: &[[f64; K]], mut sampled_kth_keys: Vec<f64>) -> Option<GridPlan> {
+    if points.is_empty() || sampled_kth_keys.is_empty() {
+        return None;
+    }
+    let lo: [f64; K] = std::array::from_fn(|j| points.iter().map(|p| p[j]).fold(f64::INFINITY, f64::min));
+    let hi: [f64; K] = std::array::from_fn(|j| points.iter().map(|p| p[j]).fold(f64::NEG_INFINITY, f64::max));
+    sampled_kth_keys.sort_unstable_by(f64::total_cmp);
+    let at = ((sampled_kth_keys.len() as f64 * SUCCESS_QUANTILE) as usize).min(sampled_kth_keys.len() - 1);
+    // The cell width that holds the quantile's k-th neighbour within `reach` (a few per cent
+    // less than the width), and no finer than the id's bits and MAX_SIDE allow.
+    let mut width = sampled_kth_keys[at].sqrt() * 1.05;
+    let extent = |j: usize| (hi[j] - lo[j]).max(0.0);
+    let widest = (0..K).map(extent).fold(0.0, f64::max);
+    width = width.max(widest / (MAX_SIDE - 2.0));
+    let volume: f64 = (0..K).map(|j| extent(j).max(width)).product();
+    width = width.max((volume / MAX_CELLS).powf(1.0 / K as f64) * 1.01);
+    if !(width.is_finite() && width > 0.0) {
+        return None;
+    }
+    let inv = (1.0 / width) as f32;
+    if !(inv.is_finite() && inv > 0.0) {
+        return None;
+    }
+    let width = 1.0 / f64::from(inv);
+    let sides: Vec<u32> = (0..K).map(|j| (extent(j) * f64::from(inv)).floor() as u32 + 1).collect();
+    let cells = GridCells { lo: lo.iter().map(|&l| l as f32).collect(), sides, inv };
+    cells.strides()?;
+    let most = f64::from(*cells.sides.iter().max().expect("K >= 1"));
+    // Coordinates computed in f32 are off by less than (side + 2) 3 2^-24 cells; twice that
+    // between two points, with room to spare.
+    let reach = width * (1.0 - 8.0 * (most + 2.0) / (1u64 << 24) as f64);
+    Some(GridPlan { cells, reach_key: reach * reach * (1.0 - F32_KEY_ERROR) })
+}
+
+/// The lower bound on the exact key of every corpus point a query's grid candidates left
+/// out: `seen` points were in its cells, `kc` kept, the largest kept with f32 key `largest`.
+pub(super) fn outside_bound(plan: &GridPlan, seen: u32, kc: usize, largest: f32) -> f64 {
+    if (seen as usize) <= kc {
+        return plan.reach_key;
+    }
+    if !largest.is_finite() {
+        return f64::NEG_INFINITY;
+    }
+    let kept = f64::from(largest) * (1.0 - F32_KEY_ERROR) - F32_KEY_FLOOR;
+    plan.reach_key.min(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_are_sized_by_the_sampled_quantile() {
+        let points: Vec<[f64; 2]> = (0..100).flat_map(|i| (0..100).map(move |j| [i as f64, j as f64])).collect();
+        let keys: Vec<f64> = (1..=10).map(|i| f64::from(i)).collect();
+        let plan = plan(&points, keys).unwrap();
+        // The 80% quantile of keys 1..10 is 9: width 3 x 1.05.
+        let width = 1.0 / f64::from(plan.cells.inv);
+        assert!((width - 3.15).abs() < 1e-3, "{width}");
+        assert_eq!(plan.cells.sides, vec![32, 32]);
+        assert!(plan.reach_key < width * width && plan.reach_key > 0.99 * width * width);
+    }
+
+    #[test]
+    fn grids_stay_within_32_bit_ids() {
+        let points: Vec<[f64; 3]> = vec![[0.0; 3], [1e6, 1e6, 1e6]];
+        let plan = plan(&points, vec![0.0]).unwrap();
+        let cells: f64 = plan.cells.sides.iter().map(|&s| f64::from(s)).product();
+        assert!(cells <= MAX_CELLS && plan.cells.sides.iter().all(|&s| f64::from(s) <= MAX_SIDE));
+    }
+
+    #[test]
+    fn a_heap_that_overflowed_bounds_what_it_left_out() {
+        let points: Vec<[f64; 1]> = (0..10).map(|i| [f64::from(i)]).collect();
+        let plan = plan(&points, vec![4.0]).unwrap();
+        assert_eq!(outside_bound(&plan, 3, 5, 1.0), plan.reach_key);
+        let bound = outside_bound(&plan, 9, 5, 1.0);
+        assert!(bound < 1.0 && bound > 0.999);
+        assert_eq!(outside_bound(&plan, 9, 5, f32::INFINITY), f64::NEG_INFINITY);
+    }
+}

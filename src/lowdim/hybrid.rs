@@ -1,0 +1,295 @@
+//! The hybrid join (Gowanlock's HybridKNN-Join): the GPU grid and the CPU's kd-tree answer
+//! one problem's query rows together, from the two ends of one queue (section 4.5).
+//!
+//! The GPU takes large batches from the front, half of what is left each time, so that its
+//! batches shrink as the queue does; the CPU's threads take one small batch at a time from
+//! the back, and both stop where they meet. A query whose grid candidates do not prove its
+//! answer (`grid::outside_bound`) is answered by the kd-tree where it stands.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use rayon::prelude::*;
+
+use super::grid::{self, GridPlan, SAMPLE_ROWS};
+use super::kdtree::{self, kth_row_key, nearest, rows_answer, Answers, DistinctPoints, KdTreeJob, Scratch};
+use crate::error::Result;
+use crate::gpu::{GpuEngine, GpuGrid, GRID_MAX_DIMS};
+use crate::refine::{write_row, NONE};
+
+/// Query rows a batch of the CPU's takes, and the GPU's batches are made of.
+const BATCH_ROWS: usize = 1024;
+
+/// What the GPU did in a hybrid run.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HybridReport {
+    /// Query rows the GPU took, and of them those whose grid candidates proved the answer.
+    pub gpu_rows: usize,
+    pub gpu_proven: usize,
+    /// Why the GPU stopped taking rows, where it failed (the kd-tree answered the rest).
+    pub gpu_error: Option<String>,
+}
+
+/// Whether the hybrid join computes `metric` in `d` dimensions.
+pub(crate) fn handles(metric: crate::metric::Metric, d: usize) -> bool {
+    kdtree::handles(metric, d) && d <= GRID_MAX_DIMS
+}
+
+/// Answers `job` with the GPU grid and the kd-tree together, calling `report` with the number
+/// of query rows finished as they finish.
+pub(crate) fn knn(
+    job: &KdTreeJob<'_>,
+    gpu: &GpuEngine,
+    answers: Answers<'_>,
+    report: &(dyn Fn(usize) + Sync),
+) -> Result<HybridReport> {
+    let d = job.corpus.cols();
+    if !handles(job.metric, d) {
+        return Err(crate::error::Error::arg(
+            "algorithm",
+            format!(
+                "the hybrid join takes euclidean and sqeuclidean distances in 1 to {GRID_MAX_DIMS} dimensions, not {} in {d}",
+                job.metric
+            ),
+        ));
+    }
+    macro_rules! by_dim {
+        ($($k:literal)*) => {
+            match d {
+                $($k => knn_in::<$k>(job, gpu, answers, report),)*
+                _ => unreachable!("checked by `handles`"),
+            }
+        };
+    }
+    by_dim!(1 2 3 4 5 6)
+}
+
+/// Heap slots a query keeps on the GPU: k rows lie among the first k + 1 distinct points
+/// (one may be the query's own row, left out), and one more shows where the k-th ends.
+fn grid_slots(k: usize) -> usize {
+    k + 2
+}
+
+fn knn_in<const K: usize>(
+    job: &KdTreeJob<'_>,
+    gpu: &GpuEngine,
+    answers: Answers<'_>,
+    report: &(dyn Fn(usize) + Sync),
+) -> Result<HybridReport> {
+    let distinct = DistinctPoints::<K>::of(job.corpus);
+    let tree = kdtree::tree_of(&distinct)?;
+    let nq = job.queries.rows();
+    let sample: Vec<f64> = (0..SAMPLE_ROWS.min(nq))
+        .into_par_iter()
+        .filter_map(|s| {
+            let mut scratch = Scratch::default();
+            nearest(job, &distinct, &tree, s * nq / SAMPLE_ROWS.min(nq), &mut scratch).get(job.k - 1).map(|a| a.0)
+        })
+        .collect();
+    let mut run = HybridReport::default();
+    let plan = grid::plan(&distinct.points, sample);
+    let points: Vec<f32> = distinct.points.iter().flatten().map(|&x| x as f32).collect();
+    let built = match &plan {
+        Some(plan) => match gpu.build_grid(&points, K, &plan.cells) {
+            Ok(built) => Some((built, plan)),
+            Err(e) => {
+                run.gpu_error = Some(e.to_string());
+                None
+            }
+        },
+        None => None,
+    };
+    let shared = Shared { job, distinct: &distinct, tree: &tree, grid: built.as_ref().map(|(g, p)| (g, *p)) };
+    let done = AtomicUsize::new(0);
+    let mut answer_rows = |first: usize, indices: &mut [u32], distances: &mut [f32]| {
+        let outcome = shared.answer(first, indices, distances, &|rows| {
+            report(done.fetch_add(rows, Ordering::Relaxed) + rows);
+        });
+        run.gpu_rows += outcome.gpu_rows;
+        run.gpu_proven += outcome.gpu_proven;
+        run.gpu_error = run.gpu_error.take().or(outcome.gpu_error);
+    };
+    match answers {
+        Answers::Whole { indices, distances } => answer_rows(0, indices, distances),
+        Answers::Blocks { rows, sink } => {
+            let (k, rows) = (job.k, rows.max(1));
+            let (mut indices, mut distances) = (vec![0u32; rows.min(nq) * k], vec![0f32; rows.min(nq) * k]);
+            for first in (0..nq).step_by(rows) {
+                let len = rows.min(nq - first) * k;
+                answer_rows(first, &mut indices[..len], &mut distances[..len]);
+                sink(first, &mut indices[..len], &mut distances[..len])?;
+            }
+        }
+    }
+    Ok(run)
+}
+
+/// What both ends of the queue read.
+struct Shared<'a, const K: usize> {
+    job: &'a KdTreeJob<'a>,
+    distinct: &'a DistinctPoints<K>,
+    tree: &'a kiddo::ImmutableKdTree<f64, K>,
+    grid: Option<(&'a GpuGrid<'a>, &'a GridPlan)>,
+}
+
+/// One batch's answer arrays, claimed by whichever end takes the batch.
+type BatchOut<'o> = Mutex<Option<(&'o mut [u32], &'o mut [f32])>>;
+
+impl<const K: usize> Shared<'_, K> {
+    /// Answers query rows `first..` into `indices` and `distances` (k a row): the GPU from the
+    /// front, the CPU's threads from the back.
+    fn answer(
+        &self,
+        first: usize,
+        indices: &mut [u32],
+        distances: &mut [f32],
+        finished: &(dyn Fn(usize) + Sync),
+    ) -> HybridReport {
+        let k = self.job.k;
+        let outs: Vec<BatchOut<'_>> = indices
+            .chunks_mut(BATCH_ROWS * k)
+            .zip(distances.chunks_mut(BATCH_ROWS * k))
+            .map(|(i, d)| Mutex::new(Some((i, d))))
+            .collect();
+        let rows = indices_len(&outs, k);
+        // Batches not yet taken: front..back.
+        let queue = Mutex::new((0usize, outs.len()));
+        let gpu_report = Mutex::new(HybridReport::default());
+        rayon::scope(|s| {
+            if let Some((grid, plan)) = self.grid {
+                s.spawn(|_| {
+                    let report = self.gpu_end(grid, plan, first, rows, &outs, &queue, finished);
+                    *gpu_report.lock().unwrap_or_else(|e| e.into_inner()) = report;
+                });
+            }
+            for _ in 0..rayon::current_num_threads() {
+                s.spawn(|_| {
+                    let mut scratch = Scratch::default();
+                    while let Some(batch) = take_back(&queue) {
+                        let (ids, dists) = claim(&outs[batch]);
+                        let at = first + batch * BATCH_ROWS;
+                        for (r, (ids, dists)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate() {
+                            let answer = nearest(self.job, self.distinct, self.tree, at + r, &mut scratch);
+                            write_row(self.job.metric, answer.iter().copied(), ids, dists);
+                        }
+                        finished(ids.len() / k);
+                    }
+                });
+            }
+        });
+        gpu_report.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The GPU's end of the queue: batches from the front, each half of what is left (at
+    /// most what its memory holds), until the ends meet or the GPU fails.
+    #[allow(clippy::too_many_arguments)]
+    fn gpu_end(
+        &self,
+        grid: &GpuGrid<'_>,
+        plan: &GridPlan,
+        first: usize,
+        rows: usize,
+        outs: &[BatchOut<'_>],
+        queue: &Mutex<(usize, usize)>,
+        finished: &(dyn Fn(usize) + Sync),
+    ) -> HybridReport {
+        let (k, kc) = (self.job.k, grid_slots(self.job.k));
+        let most = (grid.query_rows(kc) / BATCH_ROWS).max(1);
+        let mut report = HybridReport::default();
+        loop {
+            let (from, count) = {
+                let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+                let left = q.1 - q.0;
+                if left == 0 {
+                    break;
+                }
+                let take = left.div_ceil(2).min(most);
+                q.0 += take;
+                (q.0 - take, take)
+            };
+            let start = first + from * BATCH_ROWS;
+            let end = first + ((from + count) * BATCH_ROWS).min(rows);
+            let coords = &self.job.queries.as_slice()[start * K..end * K];
+            let found = match grid.query(coords, kc) {
+                Ok(found) => Some(found),
+                Err(e) => {
+                    report.gpu_error = Some(e.to_string());
+                    None
+                }
+            };
+            report.gpu_rows += end - start;
+            let proven = AtomicUsize::new(0);
+            (from..from + count).into_par_iter().for_each(|batch| {
+                let (ids, dists) = claim(&outs[batch]);
+                let mut scratch = Scratch::default();
+                for (r, (ids, dists)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate() {
+                    let i = first + batch * BATCH_ROWS + r;
+                    let slot = i - start;
+                    let answer = match &found {
+                        Some(found) if self.prove(plan, found, slot, i, &mut scratch) => {
+                            proven.fetch_add(1, Ordering::Relaxed);
+                            let excluded = self.job.exclude[i];
+                            let kth = kth_row_key(self.distinct, k, excluded, &scratch.points).expect("proven");
+                            rows_answer(self.distinct, k, excluded, kth, &mut scratch)
+                        }
+                        _ => nearest(self.job, self.distinct, self.tree, i, &mut scratch),
+                    };
+                    write_row(self.job.metric, answer.iter().copied(), ids, dists);
+                }
+                finished(ids.len() / k);
+            });
+            report.gpu_proven += proven.into_inner();
+            if found.is_none() {
+                break;
+            }
+        }
+        report
+    }
+
+    /// Whether query row `i`'s grid candidates (at `slot` of `found`) prove its answer; they
+    /// are left in `scratch.points`, ascending by exact key.
+    fn prove(
+        &self,
+        plan: &GridPlan,
+        found: &crate::gpu::GridAnswers,
+        slot: usize,
+        i: usize,
+        scratch: &mut Scratch,
+    ) -> bool {
+        let job = self.job;
+        let kc = found.kc;
+        let query = job.queries.row(i);
+        let key_of = |p: usize| job.metric.rank_key_f64(query, job.corpus.row(self.distinct.rows_of(p)[0] as usize));
+        let heap = slot * kc..(slot + 1) * kc;
+        scratch.points.clear();
+        let mut largest = f32::NEG_INFINITY;
+        for (&p, &key) in found.points[heap.clone()].iter().zip(&found.keys[heap]) {
+            if p != NONE {
+                scratch.points.push((key_of(p as usize), p as usize));
+                largest = largest.max(key);
+            }
+        }
+        scratch.points.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let bound = grid::outside_bound(plan, found.seen[slot], kc, largest);
+        kth_row_key(self.distinct, job.k, job.exclude[i], &scratch.points).is_some_and(|kth| kth < bound)
+    }
+}
+
+/// Rows in all of the answer arrays of `outs` (k entries a row).
+fn indices_len(outs: &[BatchOut<'_>], k: usize) -> usize {
+    outs.iter().map(|o| o.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, |(i, _)| i.len() / k)).sum()
+}
+
+/// The next batch from the back of the queue, if any is left.
+fn take_back(queue: &Mutex<(usize, usize)>) -> Option<usize> {
+    let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+    (q.1 > q.0).then(|| {
+        q.1 -= 1;
+        q.1
+    })
+}
+
+/// The answer arrays of a batch its taker now owns.
+fn claim<'o>(out: &BatchOut<'o>) -> (&'o mut [u32], &'o mut [f32]) {
+    out.lock().unwrap_or_else(|e| e.into_inner()).take().expect("each batch is taken once")
+}
