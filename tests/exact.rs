@@ -141,6 +141,52 @@ fn kd_tree_matches_float64_oracle() {
     }
 }
 
+/// The hybrid join (the GPU grid beside the kd-tree) on the low-dimensional table and on the
+/// general one, on the GPU with subgroups (where the adapter has them) and without, under the
+/// default budget and one that cuts the grid's queries into several batches; brute force
+/// where the grid does not apply. The grid must take rows and prove answers on the table.
+#[test]
+fn hybrid_matches_float64_oracle() {
+    let mut engines = Vec::new();
+    for (no_subgroups, budget) in [(false, None), (true, None), (true, Some(1u64 << 20))] {
+        let options = Options {
+            backend: Backend::Gpu,
+            adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+            algorithm: Algorithm::Hybrid,
+            no_subgroups,
+            memory_budget: budget,
+            max_workgroups_per_dimension: budget.map(|_| 3),
+            ..Options::default()
+        };
+        engines.extend(gpu_engine(options));
+    }
+    let cpu = Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Hybrid, ..Options::default() }).unwrap();
+    for knn in &engines {
+        let (mut taken, mut proven) = (0, 0);
+        for table in [lowdim_cases(), cases()] {
+            let takes: Vec<(String, bool)> =
+                table.iter().map(|c| (c.name.clone(), kd_tree_takes(c) && c.corpus.cols() <= 6)).collect();
+            let runs = run_cases(knn, table, false, false);
+            for ((name, takes), stats) in takes.iter().zip(runs) {
+                let expected = if *takes { Algorithm::Hybrid } else { Algorithm::Brute };
+                assert_eq!(stats.algorithm, expected, "{name}");
+                if *takes {
+                    assert!(stats.rows_on_grid > 0, "{name}: the GPU grid took no rows");
+                }
+                (taken, proven) = (taken + stats.rows_on_grid, proven + stats.rows_proven_by_grid);
+            }
+        }
+        // The grid is sized for most sampled rows to succeed (`lowdim::grid`).
+        assert!(proven * 2 > taken, "[{}] the grid proved {proven} of the {taken} rows it took", knn.description());
+    }
+    // Without a GPU engine the kd-tree answers every row.
+    for case in lowdim_cases().into_iter().take(5) {
+        let got = cpu.graph(case.corpus.view(), case.k, case.metric).unwrap();
+        check(&case.name, &case.corpus, &case.corpus, case.k, case.metric, true, &got);
+        assert_eq!(cpu.last_run().algorithm, Algorithm::KdTree, "{}", case.name);
+    }
+}
+
 /// The kd-tree counting each point as its own nearest neighbour (first in its list, before
 /// its duplicates), and writing into lent arrays.
 #[test]

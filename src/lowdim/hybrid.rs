@@ -155,10 +155,12 @@ impl<const K: usize> Shared<'_, K> {
         // Batches not yet taken: front..back.
         let queue = Mutex::new((0usize, outs.len()));
         let gpu_report = Mutex::new(HybridReport::default());
+        // The GPU's first batch is taken before the CPU's threads start, so that it is large.
+        let first_batch = self.grid.and_then(|(grid, _)| take_front(&queue, grid.query_rows(grid_slots(k))));
         rayon::scope(|s| {
             if let Some((grid, plan)) = self.grid {
                 s.spawn(|_| {
-                    let report = self.gpu_end(grid, plan, first, rows, &outs, &queue, finished);
+                    let report = self.gpu_end(grid, plan, first, rows, first_batch, &outs, &queue, finished);
                     *gpu_report.lock().unwrap_or_else(|e| e.into_inner()) = report;
                 });
             }
@@ -180,8 +182,8 @@ impl<const K: usize> Shared<'_, K> {
         gpu_report.into_inner().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The GPU's end of the queue: batches from the front, each half of what is left (at
-    /// most what its memory holds), until the ends meet or the GPU fails.
+    /// The GPU's end of the queue: `first_batch`, then batches from the front, each half of
+    /// what is left (at most what its memory holds), until the ends meet or the GPU fails.
     #[allow(clippy::too_many_arguments)]
     fn gpu_end(
         &self,
@@ -189,24 +191,15 @@ impl<const K: usize> Shared<'_, K> {
         plan: &GridPlan,
         first: usize,
         rows: usize,
+        first_batch: Option<(usize, usize)>,
         outs: &[BatchOut<'_>],
         queue: &Mutex<(usize, usize)>,
         finished: &(dyn Fn(usize) + Sync),
     ) -> HybridReport {
         let (k, kc) = (self.job.k, grid_slots(self.job.k));
-        let most = (grid.query_rows(kc) / BATCH_ROWS).max(1);
         let mut report = HybridReport::default();
-        loop {
-            let (from, count) = {
-                let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
-                let left = q.1 - q.0;
-                if left == 0 {
-                    break;
-                }
-                let take = left.div_ceil(2).min(most);
-                q.0 += take;
-                (q.0 - take, take)
-            };
+        let mut claimed = first_batch;
+        while let Some((from, count)) = claimed.take().or_else(|| take_front(queue, grid.query_rows(kc))) {
             let start = first + from * BATCH_ROWS;
             let end = first + ((from + count) * BATCH_ROWS).min(rows);
             let coords = &self.job.queries.as_slice()[start * K..end * K];
@@ -278,6 +271,18 @@ impl<const K: usize> Shared<'_, K> {
 /// Rows in all of the answer arrays of `outs` (k entries a row).
 fn indices_len(outs: &[BatchOut<'_>], k: usize) -> usize {
     outs.iter().map(|o| o.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, |(i, _)| i.len() / k)).sum()
+}
+
+/// The GPU's next batches from the front of the queue: half of what is left, at most
+/// `most_rows` rows; (first batch, batches), if any is left.
+fn take_front(queue: &Mutex<(usize, usize)>, most_rows: usize) -> Option<(usize, usize)> {
+    let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+    let left = q.1 - q.0;
+    (left > 0).then(|| {
+        let take = left.div_ceil(2).min((most_rows / BATCH_ROWS).max(1));
+        q.0 += take;
+        (q.0 - take, take)
+    })
 }
 
 /// The next batch from the back of the queue, if any is left.
