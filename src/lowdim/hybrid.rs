@@ -6,15 +6,15 @@
 //! the back, and both stop where they meet. A query whose grid candidates do not prove its
 //! answer (`grid::outside_bound`) is answered by the kd-tree where it stands.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
 use super::grid::{self, GridPlan, SAMPLE_ROWS};
 use super::kdtree::{self, kth_row_key, nearest, rows_answer, Answers, DistinctPoints, KdTreeJob, Scratch};
 use crate::error::Result;
-use crate::gpu::{GpuEngine, GpuGrid, GRID_MAX_DIMS};
+use crate::gpu::{GpuEngine, GpuGrid, GridAnswers, GRID_MAX_DIMS};
 use crate::refine::{write_row, NONE};
 
 /// Query rows a batch of the CPU's takes, and the GPU's batches are made of.
@@ -154,49 +154,67 @@ impl<const K: usize> Shared<'_, K> {
         let rows = indices_len(&outs, k);
         // Batches not yet taken: front..back.
         let queue = Mutex::new((0usize, outs.len()));
-        let gpu_report = Mutex::new(HybridReport::default());
+        // Batches the GPU answered, for the CPU's threads to prove (first) or finish.
+        let answered: Mutex<Vec<(usize, Option<Arc<GridAnswers>>, usize)>> = Mutex::new(Vec::new());
+        let gpu_done = AtomicBool::new(self.grid.is_none());
+        let proven = AtomicUsize::new(0);
+        let mut report = HybridReport::default();
         // The GPU's first batch is taken before the CPU's threads start, so that it is large.
         let first_batch = self.grid.and_then(|(grid, _)| take_front(&queue, grid.query_rows(grid_slots(k))));
-        rayon::scope(|s| {
-            if let Some((grid, plan)) = self.grid {
-                s.spawn(|_| {
-                    let report = self.gpu_end(grid, plan, first, rows, first_batch, &outs, &queue, finished);
-                    *gpu_report.lock().unwrap_or_else(|e| e.into_inner()) = report;
+        std::thread::scope(|threads| {
+            if let Some((grid, _)) = self.grid {
+                let (queue, answered, gpu_done, report) = (&queue, &answered, &gpu_done, &mut report);
+                threads.spawn(move || {
+                    *report = self.gpu_end(grid, first, rows, first_batch, queue, answered);
+                    gpu_done.store(true, Ordering::Release);
                 });
             }
-            for _ in 0..rayon::current_num_threads() {
-                s.spawn(|_| {
-                    let mut scratch = Scratch::default();
-                    while let Some(batch) = take_back(&queue) {
-                        let (ids, dists) = claim(&outs[batch]);
-                        let at = first + batch * BATCH_ROWS;
-                        for (r, (ids, dists)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate() {
-                            let answer = nearest(self.job, self.distinct, self.tree, at + r, &mut scratch);
-                            write_row(self.job.metric, answer.iter().copied(), ids, dists);
+            rayon::scope(|s| {
+                for _ in 0..rayon::current_num_threads() {
+                    s.spawn(|_| {
+                        let mut scratch = Scratch::default();
+                        loop {
+                            let checked = answered.lock().unwrap_or_else(|e| e.into_inner()).pop();
+                            if let Some((batch, found, start)) = checked {
+                                let (ids, dists) = claim(&outs[batch]);
+                                let at = first + batch * BATCH_ROWS;
+                                let plan = self.grid.map(|(_, plan)| plan).expect("answered by the grid");
+                                let found = found.as_deref().map(|f| (plan, f, start));
+                                proven.fetch_add(self.finish(found, at, ids, dists, &mut scratch), Ordering::Relaxed);
+                                finished(ids.len() / k);
+                            } else if let Some(batch) = take_back(&queue) {
+                                let (ids, dists) = claim(&outs[batch]);
+                                self.finish(None, first + batch * BATCH_ROWS, ids, dists, &mut scratch);
+                                finished(ids.len() / k);
+                            } else if gpu_done.load(Ordering::Acquire)
+                                && answered.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+                            {
+                                break;
+                            } else {
+                                std::thread::sleep(std::time::Duration::from_micros(200));
+                            }
                         }
-                        finished(ids.len() / k);
-                    }
-                });
-            }
+                    });
+                }
+            });
         });
-        gpu_report.into_inner().unwrap_or_else(|e| e.into_inner())
+        report.gpu_proven = proven.into_inner();
+        report
     }
 
     /// The GPU's end of the queue: `first_batch`, then batches from the front, each half of
     /// what is left (at most what its memory holds), until the ends meet or the GPU fails.
-    #[allow(clippy::too_many_arguments)]
+    /// Each batch's answers go to `answered` (none where the GPU failed).
     fn gpu_end(
         &self,
         grid: &GpuGrid<'_>,
-        plan: &GridPlan,
         first: usize,
         rows: usize,
         first_batch: Option<(usize, usize)>,
-        outs: &[BatchOut<'_>],
         queue: &Mutex<(usize, usize)>,
-        finished: &(dyn Fn(usize) + Sync),
+        answered: &Mutex<Vec<(usize, Option<Arc<GridAnswers>>, usize)>>,
     ) -> HybridReport {
-        let (k, kc) = (self.job.k, grid_slots(self.job.k));
+        let kc = grid_slots(self.job.k);
         let mut report = HybridReport::default();
         let mut claimed = first_batch;
         while let Some((from, count)) = claimed.take().or_else(|| take_front(queue, grid.query_rows(kc))) {
@@ -204,39 +222,52 @@ impl<const K: usize> Shared<'_, K> {
             let end = first + ((from + count) * BATCH_ROWS).min(rows);
             let coords = &self.job.queries.as_slice()[start * K..end * K];
             let found = match grid.query(coords, kc) {
-                Ok(found) => Some(found),
+                Ok(found) => Some(Arc::new(found)),
                 Err(e) => {
                     report.gpu_error = Some(e.to_string());
                     None
                 }
             };
             report.gpu_rows += end - start;
-            let proven = AtomicUsize::new(0);
-            (from..from + count).into_par_iter().for_each(|batch| {
-                let (ids, dists) = claim(&outs[batch]);
-                let mut scratch = Scratch::default();
-                for (r, (ids, dists)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate() {
-                    let i = first + batch * BATCH_ROWS + r;
-                    let slot = i - start;
-                    let answer = match &found {
-                        Some(found) if self.prove(plan, found, slot, i, &mut scratch) => {
-                            proven.fetch_add(1, Ordering::Relaxed);
-                            let excluded = self.job.exclude[i];
-                            let kth = kth_row_key(self.distinct, k, excluded, &scratch.points).expect("proven");
-                            rows_answer(self.distinct, k, excluded, kth, &mut scratch)
-                        }
-                        _ => nearest(self.job, self.distinct, self.tree, i, &mut scratch),
-                    };
-                    write_row(self.job.metric, answer.iter().copied(), ids, dists);
-                }
-                finished(ids.len() / k);
-            });
-            report.gpu_proven += proven.into_inner();
-            if found.is_none() {
+            let failed = found.is_none();
+            answered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend((from..from + count).map(|b| (b, found.clone(), start)));
+            if failed {
                 break;
             }
         }
         report
+    }
+
+    /// Answers query rows `at..` into `ids` and `dists`: from the grid's answers `found`
+    /// (with its plan, and the row of its first slot) where they prove a row, else by the
+    /// kd-tree. Returns the rows the grid proved.
+    fn finish(
+        &self,
+        found: Option<(&GridPlan, &GridAnswers, usize)>,
+        at: usize,
+        ids: &mut [u32],
+        dists: &mut [f32],
+        scratch: &mut Scratch,
+    ) -> usize {
+        let k = self.job.k;
+        let mut proven = 0;
+        for (r, (ids, dists)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate() {
+            let i = at + r;
+            let answer = match found {
+                Some((plan, found, start)) if self.prove(plan, found, i - start, i, scratch) => {
+                    proven += 1;
+                    let excluded = self.job.exclude[i];
+                    let kth = kth_row_key(self.distinct, k, excluded, &scratch.points).expect("proven");
+                    rows_answer(self.distinct, k, excluded, kth, scratch)
+                }
+                _ => nearest(self.job, self.distinct, self.tree, i, scratch),
+            };
+            write_row(self.job.metric, answer.iter().copied(), ids, dists);
+        }
+        proven
     }
 
     /// Whether query row `i`'s grid candidates (at `slot` of `found`) prove its answer; they
