@@ -187,6 +187,31 @@ fn hybrid_matches_float64_oracle() {
     }
 }
 
+/// A hybrid graph large enough that the GPU's batches of queries are uploaded by the host's
+/// thread pool while the pool's threads work the kd-tree's end of the queue: the answer must
+/// come, and be the kd-tree's (whose answers the float64 oracle checks above).
+#[test]
+fn hybrid_graphs_in_large_batches_match_the_kd_tree() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(32);
+    let n = 600_000;
+    let rows: Vec<Vec<f32>> =
+        (0..n).map(|_| vec![rng.random_range(0.0f32..1.0), rng.random_range(0.0f32..1.0)]).collect();
+    let data = knng::Matrix::from_rows(&rows).unwrap();
+    let options = Options {
+        backend: Backend::Gpu,
+        adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+        algorithm: Algorithm::Hybrid,
+        no_subgroups: true,
+        ..Options::default()
+    };
+    let hybrid = gpu_engine(options).expect("no subgroups asked for");
+    let tree = Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::KdTree, ..Options::default() }).unwrap();
+    let got = hybrid.graph(data.view(), 4, Metric::Euclidean).unwrap();
+    let stats = hybrid.last_run();
+    assert!(stats.rows_on_grid * 2 >= n && stats.rows_proven_by_grid > 0, "{stats:?}");
+    assert_eq!(got, tree.graph(data.view(), 4, Metric::Euclidean).unwrap());
+}
+
 /// The kd-tree counting each point as its own nearest neighbour (first in its list, before
 /// its duplicates), and writing into lent arrays.
 #[test]

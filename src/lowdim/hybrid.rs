@@ -174,6 +174,9 @@ impl<const K: usize> Shared<'_, K> {
                     s.spawn(|_| {
                         let mut scratch = Scratch::default();
                         loop {
+                            // The GPU's thread hands work to the pool too (its uploads): run
+                            // it between batches, or that thread waits for the queue to drain.
+                            let yielded = rayon::yield_now();
                             let checked = answered.lock().unwrap_or_else(|e| e.into_inner()).pop();
                             if let Some((batch, found, start)) = checked {
                                 let (ids, dists) = claim(&outs[batch]);
@@ -190,7 +193,7 @@ impl<const K: usize> Shared<'_, K> {
                                 && answered.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
                             {
                                 break;
-                            } else {
+                            } else if yielded != Some(rayon::Yield::Executed) {
                                 std::thread::sleep(std::time::Duration::from_micros(200));
                             }
                         }
