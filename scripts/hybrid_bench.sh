@@ -5,7 +5,7 @@
 # hybrid join and by the kd-tree alone, beside scipy's cKDTree(X).query(X, k + 1,
 # workers=-1) on the same .npy, and the rows the GPU grid took and proved. The hybrid's and
 # the kd-tree's outputs must be byte-identical (both exact, ties by index).
-# `hybrid_bench.sh 2 4` runs those dimensions (default 2 4 6).
+# `hybrid_bench.sh 2 4` runs those dimensions (default 2 4 6); KS="8 32" sets the k's.
 set -u
 KNNG=${KNNG:-./target/release/knng}
 DIR=${DIR:-/tmp/hybrid}
@@ -32,8 +32,8 @@ PY
 t() { local s=$EPOCHREALTIME; "$@" > "$DIR/out" 2>&1; local rc=$?; awk -v a="$s" -v b="$EPOCHREALTIME" -v rc=$rc 'BEGIN { printf "%.2f s rc=%d", b - a, rc }'; }
 for dims in $DIMS; do
     for dist in uniform exponential; do
-        ks="8 32"
-        [ "$dims" = 2 ] && ks="8 32 128"
+        ks=${KS:-8 32}
+        [ "$dims" = 2 ] && [ -z "${KS:-}" ] && ks="8 32 128"
         for k in $ks; do
             f=$DIR/${dist}_$dims.npy
             echo "== $dist d=$dims k=$k"

@@ -122,7 +122,11 @@ impl GpuGrid<'_> {
         let gpu = self.gpu;
         let nq = queries.len() / self.dims;
         let kernels = gpu.kernels.grid_kernels(&gpu.ctx)?;
-        let coords = gpu.upload("grid queries", bytemuck::cast_slice(queries))?;
+        // Written on this thread alone (not `upload`, which spreads large copies over the
+        // host's thread pool): the hybrid join calls this while the pool's threads are busy
+        // with the kd-tree, and would wait for them.
+        let coords = gpu.buffer("grid queries", std::mem::size_of_val(queries) as u64, STORAGE)?;
+        gpu.ctx.queue.write_buffer(&coords, 0, bytemuck::cast_slice(queries));
         let heap_bytes = (nq * kc) as u64 * 4;
         let heap_keys = gpu.buffer("grid heap keys", heap_bytes, STORAGE)?;
         let heap_ids = gpu.buffer("grid heap points", heap_bytes, STORAGE)?;

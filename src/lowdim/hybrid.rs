@@ -77,7 +77,9 @@ fn knn_in<const K: usize>(
     report: &(dyn Fn(usize) + Sync),
 ) -> Result<HybridReport> {
     let distinct = DistinctPoints::<K>::of(job.corpus);
+    crate::trace::mark(|| format!("hybrid: {} distinct points", distinct.points.len()));
     let tree = kdtree::tree_of(&distinct)?;
+    crate::trace::mark(|| "hybrid: kd-tree built".to_string());
     let nq = job.queries.rows();
     let sample: Vec<f64> = (0..SAMPLE_ROWS.min(nq))
         .into_par_iter()
@@ -89,6 +91,7 @@ fn knn_in<const K: usize>(
     let mut run = HybridReport::default();
     let plan = grid::plan(&distinct.points, sample);
     let points: Vec<f32> = distinct.points.iter().flatten().map(|&x| x as f32).collect();
+    crate::trace::mark(|| format!("hybrid: grid planned: {:?}", plan.as_ref().map(|p| &p.cells.sides)));
     let built = match &plan {
         Some(plan) => match gpu.build_grid(&points, K, &plan.cells) {
             Ok(built) => Some((built, plan)),
@@ -99,6 +102,7 @@ fn knn_in<const K: usize>(
         },
         None => None,
     };
+    crate::trace::mark(|| "hybrid: grid built on the GPU".to_string());
     let shared = Shared { job, distinct: &distinct, tree: &tree, grid: built.as_ref().map(|(g, p)| (g, *p)) };
     let done = AtomicUsize::new(0);
     let mut answer_rows = |first: usize, indices: &mut [u32], distances: &mut [f32]| {
@@ -174,9 +178,6 @@ impl<const K: usize> Shared<'_, K> {
                     s.spawn(|_| {
                         let mut scratch = Scratch::default();
                         loop {
-                            // The GPU's thread hands work to the pool too (its uploads): run
-                            // it between batches, or that thread waits for the queue to drain.
-                            let yielded = rayon::yield_now();
                             let checked = answered.lock().unwrap_or_else(|e| e.into_inner()).pop();
                             if let Some((batch, found, start)) = checked {
                                 let (ids, dists) = claim(&outs[batch]);
@@ -193,7 +194,7 @@ impl<const K: usize> Shared<'_, K> {
                                 && answered.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
                             {
                                 break;
-                            } else if yielded != Some(rayon::Yield::Executed) {
+                            } else {
                                 std::thread::sleep(std::time::Duration::from_micros(200));
                             }
                         }
@@ -201,6 +202,7 @@ impl<const K: usize> Shared<'_, K> {
                 }
             });
         });
+        crate::trace::mark(|| "hybrid: every row answered".to_string());
         report.gpu_proven = proven.into_inner();
         report
     }
@@ -224,6 +226,7 @@ impl<const K: usize> Shared<'_, K> {
             let start = first + from * BATCH_ROWS;
             let end = first + ((from + count) * BATCH_ROWS).min(rows);
             let coords = &self.job.queries.as_slice()[start * K..end * K];
+            crate::trace::mark(|| format!("hybrid: GPU batch of {} rows from row {start}", end - start));
             let found = match grid.query(coords, kc) {
                 Ok(found) => Some(Arc::new(found)),
                 Err(e) => {
@@ -231,6 +234,7 @@ impl<const K: usize> Shared<'_, K> {
                     None
                 }
             };
+            crate::trace::mark(|| format!("hybrid: GPU batch of {} rows answered", end - start));
             report.gpu_rows += end - start;
             let failed = found.is_none();
             answered

@@ -124,7 +124,9 @@ pub(super) fn tree_of<const K: usize>(distinct: &DistinctPoints<K>) -> Result<Im
 
 fn knn_in<const K: usize>(job: &KdTreeJob<'_>, answers: Answers<'_>, report: &(dyn Fn(usize) + Sync)) -> Result<()> {
     let distinct = DistinctPoints::<K>::of(job.corpus);
+    crate::trace::mark(|| format!("kd-tree: {} distinct points", distinct.points.len()));
     let tree = tree_of(&distinct)?;
+    crate::trace::mark(|| "kd-tree: built".to_string());
     let done = AtomicUsize::new(0);
     let answer_rows = |first: usize, indices: &mut [u32], distances: &mut [f32]| {
         let k = job.k;
