@@ -268,6 +268,19 @@ mod tests {
     }
 
     #[test]
+    fn the_hybrid_asked_for_runs_beside_a_gpu_and_says_what_runs_elsewhere() {
+        use Algorithm::{Brute, Hybrid, KdTree};
+        let most = crate::gpu::GRID_MAX_DIMS;
+        assert_eq!(algorithm(Hybrid, Metric::SqEuclidean, most, true, false), (Hybrid, true));
+        assert_eq!(algorithm(Hybrid, Metric::Euclidean, 2, false, false), (KdTree, true));
+        assert_eq!(algorithm(Hybrid, Metric::Euclidean, most + 1, true, false), (Brute, true));
+        assert_eq!(algorithm(Hybrid, Metric::Cosine, 2, true, false), (Brute, true));
+        assert_eq!(algorithm(Hybrid, Metric::Euclidean, 2, true, true), (Brute, true));
+        // `auto` does not choose it (`notes/lowdim.md`).
+        assert_ne!(algorithm(Algorithm::Auto, Metric::Euclidean, 4, true, false).0, Hybrid);
+    }
+
+    #[test]
     fn a_kd_tree_asked_for_runs_where_it_can_and_says_why_where_it_cannot() {
         use Algorithm::{Brute, KdTree};
         assert_eq!(algorithm(KdTree, Metric::Euclidean, kdtree::MAX_DIM, true, false), (KdTree, true));

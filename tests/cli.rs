@@ -646,6 +646,18 @@ fn algorithm_kdtree_gives_the_float64_answer_and_says_what_ran() {
         }
         // Ties may pick different rows, never different distances.
         assert!(distances.windows(2).all(|w| w[0] == w[1]), "search {search}");
+        // The hybrid on the GPU (lavapipe in CI): the kd-tree's bytes, and a status line that
+        // says how many rows the grid answered.
+        let kd_tree = std::fs::read(dir.path().join(format!("kdtree-{search}.npz"))).unwrap();
+        let out = dir.path().join(format!("hybrid-{search}.npz"));
+        let mut args = vec!["graph", s(&c)];
+        if search {
+            args = vec!["search", s(&c), "--queries", s(&q)];
+        }
+        args.extend(["-k", "9", "--backend", "gpu", "--algorithm", "hybrid", "-o", s(&out)]);
+        let status = ok(&args);
+        assert!(status.contains("algorithm: hybrid") && status.contains("by the GPU grid ("), "{args:?}: {status}");
+        assert_eq!(std::fs::read(&out).unwrap(), kd_tree, "{args:?}");
     }
     // Where the kd-tree does not apply, brute force runs and says why.
     let out = dir.path().join("other-metrics.npz");

@@ -98,7 +98,7 @@ mod tests {
     #[test]
     fn cells_are_sized_by_the_sampled_quantile() {
         let points: Vec<[f64; 2]> = (0..100).flat_map(|i| (0..100).map(move |j| [i as f64, j as f64])).collect();
-        let keys: Vec<f64> = (1..=10).map(|i| f64::from(i)).collect();
+        let keys: Vec<f64> = (1..=10).map(f64::from).collect();
         let plan = plan(&points, keys).unwrap();
         // The 80% quantile of keys 1..10 is 9: width 3 x 1.05.
         let width = 1.0 / f64::from(plan.cells.inv);

@@ -136,6 +136,10 @@ struct Shared<'a, const K: usize> {
     grid: Option<(&'a GpuGrid<'a>, &'a GridPlan)>,
 }
 
+/// A batch the GPU took: its index, the grid's answers (none where the GPU failed) and the
+/// query row of their first slot.
+type Answered = (usize, Option<Arc<GridAnswers>>, usize);
+
 /// One batch's answer arrays, claimed by whichever end takes the batch.
 type BatchOut<'o> = Mutex<Option<(&'o mut [u32], &'o mut [f32])>>;
 
@@ -159,7 +163,7 @@ impl<const K: usize> Shared<'_, K> {
         // Batches not yet taken: front..back.
         let queue = Mutex::new((0usize, outs.len()));
         // Batches the GPU answered, for the CPU's threads to prove (first) or finish.
-        let answered: Mutex<Vec<(usize, Option<Arc<GridAnswers>>, usize)>> = Mutex::new(Vec::new());
+        let answered: Mutex<Vec<Answered>> = Mutex::new(Vec::new());
         let gpu_done = AtomicBool::new(self.grid.is_none());
         let proven = AtomicUsize::new(0);
         let mut report = HybridReport::default();
@@ -217,7 +221,7 @@ impl<const K: usize> Shared<'_, K> {
         rows: usize,
         first_batch: Option<(usize, usize)>,
         queue: &Mutex<(usize, usize)>,
-        answered: &Mutex<Vec<(usize, Option<Arc<GridAnswers>>, usize)>>,
+        answered: &Mutex<Vec<Answered>>,
     ) -> HybridReport {
         let kc = grid_slots(self.job.k);
         let mut report = HybridReport::default();
