@@ -82,6 +82,15 @@ fn first_of(id: u32) -> u32 {
     return lo;
 }
 
+fn swap_slots(a: u32, b: u32) {
+    let key = heap_keys[a];
+    let id = heap_ids[a];
+    heap_keys[a] = heap_keys[b];
+    heap_ids[a] = heap_ids[b];
+    heap_keys[b] = key;
+    heap_ids[b] = id;
+}
+
 // Restores the max-heap of `len` slots from `base` after its top was replaced.
 fn sift_down(base: u32, len: u32) {
     var at = 0u;
@@ -97,12 +106,7 @@ fn sift_down(base: u32, len: u32) {
         if (heap_keys[base + child] <= heap_keys[base + at]) {
             break;
         }
-        let key = heap_keys[base + at];
-        let id = heap_ids[base + at];
-        heap_keys[base + at] = heap_keys[base + child];
-        heap_ids[base + at] = heap_ids[base + child];
-        heap_keys[base + child] = key;
-        heap_ids[base + child] = id;
+        swap_slots(base + at, base + child);
         at = child;
     }
 }
@@ -118,12 +122,7 @@ fn offer(base: u32, held: u32, key: f32, id: u32) {
             if (heap_keys[base + parent] >= heap_keys[base + at]) {
                 break;
             }
-            let k = heap_keys[base + parent];
-            let d = heap_ids[base + parent];
-            heap_keys[base + parent] = heap_keys[base + at];
-            heap_ids[base + parent] = heap_ids[base + at];
-            heap_keys[base + at] = k;
-            heap_ids[base + at] = d;
+            swap_slots(base + parent, base + at);
             at = parent;
         }
     } else if (key < heap_keys[base]) {
