@@ -152,10 +152,12 @@ impl GpuGrid<'_> {
         let encoder = gpu.ctx.device.create_command_encoder(&Default::default());
         let submitted = gpu.submit(encoder, &jobs)?;
         gpu.completion(submitted)?;
+        crate::trace::mark(|| format!("grid: {nq} queries answered on the GPU"));
         let keys: Vec<f32> = read_back(gpu, &heap_keys, Some(nq * kc * 4))?;
         let points: Vec<u32> = read_back(gpu, &heap_ids, Some(nq * kc * 4))?;
         let seen: Vec<u32> = read_back(gpu, &seen, Some(nq * 4))?;
         gpu.ctx.wait()?;
+        crate::trace::mark(|| format!("grid: {nq} queries' answers read back"));
         Ok(GridAnswers { kc, keys, points, seen })
     }
 }

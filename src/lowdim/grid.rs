@@ -18,6 +18,11 @@ const SUCCESS_QUANTILE: f64 = 0.8;
 /// Query rows sampled for the cell width.
 pub(super) const SAMPLE_ROWS: usize = 256;
 
+/// Fewest corpus points the cell width is estimated from (all of them where there are
+/// fewer), and at least this many times k + 1.
+const SUBSAMPLE_POINTS: usize = 1 << 16;
+const SUBSAMPLE_PER_NEIGHBOUR: usize = 64;
+
 /// Most cells a side: the bound below on how far f32 cell coordinates may be off grows with
 /// it (`reach`).
 const MAX_SIDE: f64 = 65536.0;
@@ -78,6 +83,54 @@ pub(super) fn plan<const K: usize>(points: &[[f64; K]], mut sampled_kth_keys: Ve
     Some(GridPlan { cells, reach_key: reach * reach * (1.0 - F32_KEY_ERROR) })
 }
 
+/// The squared distance from each of `queries` within which its k answers lie (k + 1 rows
+/// of `points`, one of which may be its own; `rows(p)` is how many rows point p stands for),
+/// estimated from an evenly spaced subsample of the points, so that the grid is planned
+/// before any tree is built. Exact where the subsample is every point. Otherwise the k + 1
+/// nearest distinct points of the subsample are taken (rows are not scaled with it): in a
+/// subsample of a fraction f of the points, a ball holding k + 1 of them holds (k + 1) / f
+/// points of all, and where the density is even over that ball, the radius that holds
+/// k + 1 of all is f^(1/d) as large. An estimate off in either direction costs only speed:
+/// the grid's answers are proven one by one.
+pub(super) fn estimated_kth_keys<const K: usize>(
+    queries: &[[f64; K]],
+    points: &[[f64; K]],
+    rows: &(dyn Fn(usize) -> usize + Sync),
+    k: usize,
+) -> Vec<f64> {
+    use rayon::prelude::*;
+    let m = points.len().min(SUBSAMPLE_POINTS.max(SUBSAMPLE_PER_NEIGHBOUR * (k + 1)));
+    let every = m == points.len();
+    let chosen: Vec<usize> = (0..m).map(|i| i * points.len() / m).collect();
+    let scale = (m as f64 / points.len() as f64).powf(2.0 / K as f64);
+    queries
+        .par_iter()
+        .filter_map(|q| {
+            let mut keys: Vec<(f64, usize)> = chosen
+                .iter()
+                .map(|&p| ((0..K).map(|j| (q[j] - points[p][j]) * (q[j] - points[p][j])).sum(), p))
+                .collect();
+            if !every {
+                return (k < m).then(|| keys.select_nth_unstable_by(k, |a, b| a.0.total_cmp(&b.0)).1 .0 * scale);
+            }
+            // k + 1 rows lie among the k + 1 nearest points (each stands for a row at least).
+            if k + 1 < keys.len() {
+                keys.select_nth_unstable_by(k, |a, b| a.0.total_cmp(&b.0));
+                keys.truncate(k + 1);
+            }
+            keys.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+            let mut held = 0;
+            keys.iter()
+                .find(|&&(_, p)| {
+                    held += rows(p);
+                    held > k
+                })
+                .or(keys.last())
+                .map(|&(key, _)| key)
+        })
+        .collect()
+}
+
 /// The lower bound on the exact key of every corpus point a query's grid candidates left
 /// out: `seen` points were in its cells, `kc` kept, the largest kept with f32 key `largest`.
 pub(super) fn outside_bound(plan: &GridPlan, seen: u32, kc: usize, largest: f32) -> f64 {
@@ -105,6 +158,24 @@ mod tests {
         assert!((width - 3.15).abs() < 1e-3, "{width}");
         assert_eq!(plan.cells.sides, vec![32, 32]);
         assert!(plan.reach_key < width * width && plan.reach_key > 0.99 * width * width);
+    }
+
+    #[test]
+    fn kth_keys_are_exact_over_every_point_and_close_over_a_subsample() {
+        let line: Vec<[f64; 1]> = (0..100).map(|i| [f64::from(i)]).collect();
+        // k + 1 = 5 rows: points 50, 49, 51, 48, 52.
+        assert_eq!(estimated_kth_keys(&[[50.0]], &line, &|_| 1, 4), vec![4.0]);
+        // Point 50 stands for 5 rows.
+        assert_eq!(estimated_kth_keys(&[[50.0]], &line, &|p| if p == 50 { 5 } else { 1 }, 4), vec![0.0]);
+        // Fewer rows than k + 1 in all: the farthest point.
+        assert_eq!(estimated_kth_keys(&[[0.0]], &line[..3], &|_| 1, 4), vec![4.0]);
+        // A 300 x 300 lattice, subsampled: the 9th nearest point is at squared distance 2.
+        let lattice: Vec<[f64; 2]> =
+            (0..300).flat_map(|i| (0..300).map(move |j| [f64::from(i), f64::from(j)])).collect();
+        let queries = [[150.0, 150.0], [100.0, 200.0], [77.0, 31.0]];
+        for key in estimated_kth_keys(&queries, &lattice, &|_| 1, 8) {
+            assert!((1.0..=4.0).contains(&key), "{key}");
+        }
     }
 
     #[test]

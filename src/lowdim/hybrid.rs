@@ -7,15 +7,14 @@
 //! answer (`grid::outside_bound`) is answered by the kd-tree where it stands.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-
-use rayon::prelude::*;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::grid::{self, GridPlan, SAMPLE_ROWS};
 use super::kdtree::{self, kth_row_key, nearest, rows_answer, Answers, DistinctPoints, KdTreeJob, Scratch};
 use crate::error::Result;
 use crate::gpu::{GpuEngine, GpuGrid, GridAnswers, GRID_MAX_DIMS};
 use crate::refine::{write_row, NONE};
+use kiddo::ImmutableKdTree;
 
 /// Query rows a batch of the CPU's takes, and the GPU's batches are made of.
 const BATCH_ROWS: usize = 1024;
@@ -78,18 +77,21 @@ fn knn_in<const K: usize>(
 ) -> Result<HybridReport> {
     let distinct = DistinctPoints::<K>::of(job.corpus);
     crate::trace::mark(|| format!("hybrid: {} distinct points", distinct.points.len()));
-    let tree = kdtree::tree_of(&distinct)?;
-    crate::trace::mark(|| "hybrid: kd-tree built".to_string());
     let nq = job.queries.rows();
-    let sample: Vec<f64> = (0..SAMPLE_ROWS.min(nq))
-        .into_par_iter()
-        .filter_map(|s| {
-            let mut scratch = Scratch::default();
-            nearest(job, &distinct, &tree, s * nq / SAMPLE_ROWS.min(nq), &mut scratch).get(job.k - 1).map(|a| a.0)
+    let samples = SAMPLE_ROWS.min(nq);
+    let sampled: Vec<[f64; K]> = (0..samples)
+        .map(|s| {
+            let row = job.queries.row(s * nq / samples);
+            std::array::from_fn(|j| f64::from(row[j]))
         })
         .collect();
     let mut run = HybridReport::default();
-    let plan = grid::plan(&distinct.points, sample);
+    // Planned without the kd-tree, which the CPU's threads build while the GPU answers its
+    // first batch.
+    let plan = grid::plan(
+        &distinct.points,
+        grid::estimated_kth_keys(&sampled, &distinct.points, &|p| distinct.rows_of(p).len(), job.k),
+    );
     let points: Vec<f32> = distinct.points.iter().flatten().map(|&x| x as f32).collect();
     crate::trace::mark(|| format!("hybrid: grid planned: {:?}", plan.as_ref().map(|p| &p.cells.sides)));
     let built = match &plan {
@@ -103,24 +105,25 @@ fn knn_in<const K: usize>(
         None => None,
     };
     crate::trace::mark(|| "hybrid: grid built on the GPU".to_string());
-    let shared = Shared { job, distinct: &distinct, tree: &tree, grid: built.as_ref().map(|(g, p)| (g, *p)) };
+    let shared = Shared { job, distinct: &distinct, tree: OnceLock::new(), grid: built.as_ref().map(|(g, p)| (g, *p)) };
     let done = AtomicUsize::new(0);
-    let mut answer_rows = |first: usize, indices: &mut [u32], distances: &mut [f32]| {
+    let mut answer_rows = |first: usize, indices: &mut [u32], distances: &mut [f32]| -> Result<()> {
         let outcome = shared.answer(first, indices, distances, &|rows| {
             report(done.fetch_add(rows, Ordering::Relaxed) + rows);
-        });
+        })?;
         run.gpu_rows += outcome.gpu_rows;
         run.gpu_proven += outcome.gpu_proven;
         run.gpu_error = run.gpu_error.take().or(outcome.gpu_error);
+        Ok(())
     };
     match answers {
-        Answers::Whole { indices, distances } => answer_rows(0, indices, distances),
+        Answers::Whole { indices, distances } => answer_rows(0, indices, distances)?,
         Answers::Blocks { rows, sink } => {
             let (k, rows) = (job.k, rows.max(1));
             let (mut indices, mut distances) = (vec![0u32; rows.min(nq) * k], vec![0f32; rows.min(nq) * k]);
             for first in (0..nq).step_by(rows) {
                 let len = rows.min(nq - first) * k;
-                answer_rows(first, &mut indices[..len], &mut distances[..len]);
+                answer_rows(first, &mut indices[..len], &mut distances[..len])?;
                 sink(first, &mut indices[..len], &mut distances[..len])?;
             }
         }
@@ -132,7 +135,8 @@ fn knn_in<const K: usize>(
 struct Shared<'a, const K: usize> {
     job: &'a KdTreeJob<'a>,
     distinct: &'a DistinctPoints<K>,
-    tree: &'a kiddo::ImmutableKdTree<f64, K>,
+    /// Built by the first call of [`Shared::answer`], while the GPU answers its first batch.
+    tree: OnceLock<ImmutableKdTree<f64, K>>,
     grid: Option<(&'a GpuGrid<'a>, &'a GridPlan)>,
 }
 
@@ -144,6 +148,16 @@ type Answered = (usize, Option<Arc<GridAnswers>>, usize);
 type BatchOut<'o> = Mutex<Option<(&'o mut [u32], &'o mut [f32])>>;
 
 impl<const K: usize> Shared<'_, K> {
+    /// The kd-tree over the distinct points, built on the first call.
+    fn tree(&self) -> Result<&ImmutableKdTree<f64, K>> {
+        if let Some(tree) = self.tree.get() {
+            return Ok(tree);
+        }
+        let tree = kdtree::tree_of(self.distinct)?;
+        crate::trace::mark(|| "hybrid: kd-tree built".to_string());
+        Ok(self.tree.get_or_init(|| tree))
+    }
+
     /// Answers query rows `first..` into `indices` and `distances` (k a row): the GPU from the
     /// front, the CPU's threads from the back.
     fn answer(
@@ -152,14 +166,14 @@ impl<const K: usize> Shared<'_, K> {
         indices: &mut [u32],
         distances: &mut [f32],
         finished: &(dyn Fn(usize) + Sync),
-    ) -> HybridReport {
+    ) -> Result<HybridReport> {
         let k = self.job.k;
+        let rows = indices.len() / k;
         let outs: Vec<BatchOut<'_>> = indices
             .chunks_mut(BATCH_ROWS * k)
             .zip(distances.chunks_mut(BATCH_ROWS * k))
             .map(|(i, d)| Mutex::new(Some((i, d))))
             .collect();
-        let rows = indices_len(&outs, k);
         // Batches not yet taken: front..back.
         let queue = Mutex::new((0usize, outs.len()));
         // Batches the GPU answered, for the CPU's threads to prove (first) or finish.
@@ -177,6 +191,11 @@ impl<const K: usize> Shared<'_, K> {
                     gpu_done.store(true, Ordering::Release);
                 });
             }
+            let tree = self.tree().inspect_err(|_| {
+                // The GPU stops after its batch in flight.
+                let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+                q.1 = q.0;
+            })?;
             rayon::scope(|s| {
                 for _ in 0..rayon::current_num_threads() {
                     s.spawn(|_| {
@@ -188,11 +207,12 @@ impl<const K: usize> Shared<'_, K> {
                                 let at = first + batch * BATCH_ROWS;
                                 let plan = self.grid.map(|(_, plan)| plan).expect("answered by the grid");
                                 let found = found.as_deref().map(|f| (plan, f, start));
-                                proven.fetch_add(self.finish(found, at, ids, dists, &mut scratch), Ordering::Relaxed);
+                                let proven_here = self.finish(tree, found, at, ids, dists, &mut scratch);
+                                proven.fetch_add(proven_here, Ordering::Relaxed);
                                 finished(ids.len() / k);
                             } else if let Some(batch) = take_back(&queue) {
                                 let (ids, dists) = claim(&outs[batch]);
-                                self.finish(None, first + batch * BATCH_ROWS, ids, dists, &mut scratch);
+                                self.finish(tree, None, first + batch * BATCH_ROWS, ids, dists, &mut scratch);
                                 finished(ids.len() / k);
                             } else if gpu_done.load(Ordering::Acquire)
                                 && answered.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
@@ -205,10 +225,11 @@ impl<const K: usize> Shared<'_, K> {
                     });
                 }
             });
-        });
+            Ok(())
+        })?;
         crate::trace::mark(|| "hybrid: every row answered".to_string());
         report.gpu_proven = proven.into_inner();
-        report
+        Ok(report)
     }
 
     /// The GPU's end of the queue: `first_batch`, then batches from the front, each half of
@@ -257,6 +278,7 @@ impl<const K: usize> Shared<'_, K> {
     /// kd-tree. Returns the rows the grid proved.
     fn finish(
         &self,
+        tree: &ImmutableKdTree<f64, K>,
         found: Option<(&GridPlan, &GridAnswers, usize)>,
         at: usize,
         ids: &mut [u32],
@@ -274,7 +296,7 @@ impl<const K: usize> Shared<'_, K> {
                     let kth = kth_row_key(self.distinct, k, excluded, &scratch.points).expect("proven");
                     rows_answer(self.distinct, k, excluded, kth, scratch)
                 }
-                _ => nearest(self.job, self.distinct, self.tree, i, scratch),
+                _ => nearest(self.job, self.distinct, tree, i, scratch),
             };
             write_row(self.job.metric, answer.iter().copied(), ids, dists);
         }
@@ -308,11 +330,6 @@ impl<const K: usize> Shared<'_, K> {
         let bound = grid::outside_bound(plan, found.seen[slot], kc, largest);
         kth_row_key(self.distinct, job.k, job.exclude[i], &scratch.points).is_some_and(|kth| kth < bound)
     }
-}
-
-/// Rows in all of the answer arrays of `outs` (k entries a row).
-fn indices_len(outs: &[BatchOut<'_>], k: usize) -> usize {
-    outs.iter().map(|o| o.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, |(i, _)| i.len() / k)).sum()
 }
 
 /// The GPU's next batches from the front of the queue: half of what is left, at most
