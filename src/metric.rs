@@ -111,14 +111,18 @@ const SUM_LANES: usize = 8;
 /// [`SUM_LANES`] partial sums added pairwise at the end. The order of the additions is fixed
 /// by the length alone, so a key does not depend on where it is computed.
 #[inline(always)]
-fn pair_sums<const S: usize>(x: &[f32], y: &[f32], terms: impl Fn(f64, f64) -> [f64; S]) -> [f64; S] {
+fn pair_sums<A: Copy + Into<f64>, B: Copy + Into<f64>, const S: usize>(
+    x: &[A],
+    y: &[B],
+    terms: impl Fn(f64, f64) -> [f64; S],
+) -> [f64; S] {
     debug_assert_eq!(x.len(), y.len());
     let mut partial = [[0.0f64; SUM_LANES]; S];
     let (xs, ys) = (x.chunks_exact(SUM_LANES), y.chunks_exact(SUM_LANES));
     let (x_tail, y_tail) = (xs.remainder(), ys.remainder());
     for (a, b) in xs.zip(ys) {
         for t in 0..SUM_LANES {
-            let v = terms(a[t] as f64, b[t] as f64);
+            let v = terms(a[t].into(), b[t].into());
             for s in 0..S {
                 partial[s][t] += v[s];
             }
@@ -130,7 +134,7 @@ fn pair_sums<const S: usize>(x: &[f32], y: &[f32], terms: impl Fn(f64, f64) -> [
         sums[s] = ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
     }
     for (&a, &b) in x_tail.iter().zip(y_tail) {
-        let v = terms(a as f64, b as f64);
+        let v = terms(a.into(), b.into());
         for s in 0..S {
             sums[s] += v[s];
         }
@@ -143,6 +147,12 @@ pub(crate) fn dot_f64(x: &[f32], y: &[f32]) -> f64 {
 }
 
 pub(crate) fn sq_euclidean_f64(x: &[f32], y: &[f32]) -> f64 {
+    pair_sums(x, y, |a, b| [(a - b) * (a - b)])[0]
+}
+
+/// [`sq_euclidean_f64`] to a row held in float64 (an f32 row's values, converted): the same
+/// key, bit for bit, read from another copy of the row.
+pub(crate) fn sq_euclidean_f64_to(x: &[f32], y: &[f64]) -> f64 {
     pair_sums(x, y, |a, b| [(a - b) * (a - b)])[0]
 }
 

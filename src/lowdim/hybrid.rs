@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::grid::{self, GridPlan, SAMPLE_ROWS};
 use super::kdtree::{self, kth_row_key, nearest, rows_answer, Answers, DistinctPoints, KdTreeJob, Scratch};
+use super::order::slots_in_order;
 use crate::error::Result;
 use crate::gpu::{GpuEngine, GpuGrid, GridAnswers, GRID_MAX_DIMS};
 use crate::refine::{write_row, NONE};
@@ -141,11 +142,14 @@ struct Shared<'a, const K: usize> {
 }
 
 /// A batch the GPU took: its index, the grid's answers (none where the GPU failed) and the
-/// query row of their first slot.
+/// queue position of their first slot.
 type Answered = (usize, Option<Arc<GridAnswers>>, usize);
 
-/// One batch's answer arrays, claimed by whichever end takes the batch.
-type BatchOut<'o> = Mutex<Option<(&'o mut [u32], &'o mut [f32])>>;
+/// A query row's answer slots (k indices, k distances).
+type Slot<'o> = (&'o mut [u32], &'o mut [f32]);
+
+/// One batch's answer slots, claimed by whichever end takes the batch.
+type BatchOut<'s, 'o> = Mutex<Option<&'s mut [Slot<'o>]>>;
 
 impl<const K: usize> Shared<'_, K> {
     /// The kd-tree over the distinct points, built on the first call.
@@ -169,11 +173,10 @@ impl<const K: usize> Shared<'_, K> {
     ) -> Result<HybridReport> {
         let k = self.job.k;
         let rows = indices.len() / k;
-        let outs: Vec<BatchOut<'_>> = indices
-            .chunks_mut(BATCH_ROWS * k)
-            .zip(distances.chunks_mut(BATCH_ROWS * k))
-            .map(|(i, d)| Mutex::new(Some((i, d))))
-            .collect();
+        // The queue: the rows along the points' curve, their answer slots in that order.
+        let order = self.distinct.curve.order(self.job.queries, first, rows);
+        let mut slots = slots_in_order(indices, distances, k, &order);
+        let outs: Vec<BatchOut<'_, '_>> = slots.chunks_mut(BATCH_ROWS).map(|b| Mutex::new(Some(b))).collect();
         // Batches not yet taken: front..back.
         let queue = Mutex::new((0usize, outs.len()));
         // Batches the GPU answered, for the CPU's threads to prove (first) or finish.
@@ -185,9 +188,9 @@ impl<const K: usize> Shared<'_, K> {
         let first_batch = self.grid.and_then(|(grid, _)| take_front(&queue, grid.query_rows(grid_slots(k))));
         std::thread::scope(|threads| {
             if let Some((grid, _)) = self.grid {
-                let (queue, answered, gpu_done, report) = (&queue, &answered, &gpu_done, &mut report);
+                let (queue, answered, gpu_done, report, order) = (&queue, &answered, &gpu_done, &mut report, &order);
                 threads.spawn(move || {
-                    *report = self.gpu_end(grid, first, rows, first_batch, queue, answered);
+                    *report = self.gpu_end(grid, first, order, first_batch, queue, answered);
                     gpu_done.store(true, Ordering::Release);
                 });
             }
@@ -203,17 +206,19 @@ impl<const K: usize> Shared<'_, K> {
                         loop {
                             let checked = answered.lock().unwrap_or_else(|e| e.into_inner()).pop();
                             if let Some((batch, found, start)) = checked {
-                                let (ids, dists) = claim(&outs[batch]);
-                                let at = first + batch * BATCH_ROWS;
+                                let slots = claim(&outs[batch]);
+                                let at = batch * BATCH_ROWS;
                                 let plan = self.grid.map(|(_, plan)| plan).expect("answered by the grid");
-                                let found = found.as_deref().map(|f| (plan, f, start));
-                                let proven_here = self.finish(tree, found, at, ids, dists, &mut scratch);
+                                let found = found.as_deref().map(|f| (plan, f, at - start));
+                                let rows = &order[at..at + slots.len()];
+                                let proven_here = self.finish(tree, found, first, rows, slots, &mut scratch);
                                 proven.fetch_add(proven_here, Ordering::Relaxed);
-                                finished(ids.len() / k);
+                                finished(rows.len());
                             } else if let Some(batch) = take_back(&queue) {
-                                let (ids, dists) = claim(&outs[batch]);
-                                self.finish(tree, None, first + batch * BATCH_ROWS, ids, dists, &mut scratch);
-                                finished(ids.len() / k);
+                                let slots = claim(&outs[batch]);
+                                let rows = &order[batch * BATCH_ROWS..batch * BATCH_ROWS + slots.len()];
+                                self.finish(tree, None, first, rows, slots, &mut scratch);
+                                finished(rows.len());
                             } else if gpu_done.load(Ordering::Acquire)
                                 && answered.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
                             {
@@ -239,7 +244,7 @@ impl<const K: usize> Shared<'_, K> {
         &self,
         grid: &GpuGrid<'_>,
         first: usize,
-        rows: usize,
+        order: &[u32],
         first_batch: Option<(usize, usize)>,
         queue: &Mutex<(usize, usize)>,
         answered: &Mutex<Vec<Answered>>,
@@ -248,11 +253,12 @@ impl<const K: usize> Shared<'_, K> {
         let mut report = HybridReport::default();
         let mut claimed = first_batch;
         while let Some((from, count)) = claimed.take().or_else(|| take_front(queue, grid.query_rows(kc))) {
-            let start = first + from * BATCH_ROWS;
-            let end = first + ((from + count) * BATCH_ROWS).min(rows);
-            let coords = &self.job.queries.as_slice()[start * K..end * K];
-            crate::trace::mark(|| format!("hybrid: GPU batch of {} rows from row {start}", end - start));
-            let found = match grid.query(coords, kc) {
+            let start = from * BATCH_ROWS;
+            let end = ((from + count) * BATCH_ROWS).min(order.len());
+            let coords: Vec<f32> =
+                order[start..end].iter().flat_map(|&r| self.job.queries.row(first + r as usize)).copied().collect();
+            crate::trace::mark(|| format!("hybrid: GPU batch of {} rows from position {start}", end - start));
+            let found = match grid.query(&coords, kc) {
                 Ok(found) => Some(Arc::new(found)),
                 Err(e) => {
                     report.gpu_error = Some(e.to_string());
@@ -273,24 +279,24 @@ impl<const K: usize> Shared<'_, K> {
         report
     }
 
-    /// Answers query rows `at..` into `ids` and `dists`: from the grid's answers `found`
-    /// (with its plan, and the row of its first slot) where they prove a row, else by the
+    /// Answers query rows `first + rows[j]` into `slots[j]`: from the grid's answers `found`
+    /// (with its plan, and the slot of `rows[0]` in them) where they prove a row, else by the
     /// kd-tree. Returns the rows the grid proved.
     fn finish(
         &self,
         tree: &ImmutableKdTree<f64, K>,
         found: Option<(&GridPlan, &GridAnswers, usize)>,
-        at: usize,
-        ids: &mut [u32],
-        dists: &mut [f32],
+        first: usize,
+        rows: &[u32],
+        slots: &mut [Slot<'_>],
         scratch: &mut Scratch,
     ) -> usize {
         let k = self.job.k;
         let mut proven = 0;
-        for (r, (ids, dists)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate() {
-            let i = at + r;
+        for (j, ((ids, dists), &r)) in slots.iter_mut().zip(rows).enumerate() {
+            let i = first + r as usize;
             let answer = match found {
-                Some((plan, found, start)) if self.prove(plan, found, i - start, i, scratch) => {
+                Some((plan, found, at)) if self.prove(plan, found, at + j, i, scratch) => {
                     proven += 1;
                     let excluded = self.job.exclude[i];
                     let kth = kth_row_key(self.distinct, k, excluded, &scratch.points).expect("proven");
@@ -316,7 +322,7 @@ impl<const K: usize> Shared<'_, K> {
         let job = self.job;
         let kc = found.kc;
         let query = job.queries.row(i);
-        let key_of = |p: usize| job.metric.rank_key_f64(query, job.corpus.row(self.distinct.rows_of(p)[0] as usize));
+        let key_of = |p: usize| self.distinct.key_to(query, p);
         let heap = slot * kc..(slot + 1) * kc;
         scratch.points.clear();
         let mut largest = f32::NEG_INFINITY;
@@ -354,6 +360,6 @@ fn take_back(queue: &Mutex<(usize, usize)>) -> Option<usize> {
 }
 
 /// The answer arrays of a batch its taker now owns.
-fn claim<'o>(out: &BatchOut<'o>) -> (&'o mut [u32], &'o mut [f32]) {
+fn claim<'s, 'o>(out: &BatchOut<'s, 'o>) -> &'s mut [Slot<'o>] {
     out.lock().unwrap_or_else(|e| e.into_inner()).take().expect("each batch is taken once")
 }

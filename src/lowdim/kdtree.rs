@@ -13,9 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use kiddo::{ImmutableKdTree, SquaredEuclidean};
 use rayon::prelude::*;
 
+use super::order::{slots_in_order, Curve};
 use crate::data::MatrixRef;
 use crate::error::{Error, Result};
-use crate::metric::Metric;
+use crate::metric::{sq_euclidean_f64_to, Metric};
 use crate::partition::RowSink;
 use crate::refine::{write_row, NONE};
 
@@ -83,8 +84,10 @@ pub(crate) fn knn(job: &KdTreeJob<'_>, answers: Answers<'_>, report: &(dyn Fn(us
     by_dim!(1 2 3 4 5 6 7 8)
 }
 
-/// The distinct points of a corpus, each with the rows that share it.
+/// The distinct points of a corpus, each with the rows that share it, in the order of a
+/// curve over them.
 pub(super) struct DistinctPoints<const K: usize> {
+    pub(super) curve: Curve<K>,
     pub(super) points: Vec<[f64; K]>,
     /// Rows of point p: `rows[first[p]..first[p + 1]]`, ascending.
     rows: Vec<u32>,
@@ -95,20 +98,30 @@ impl<const K: usize> DistinctPoints<K> {
     pub(super) fn of(corpus: MatrixRef<'_>) -> Self {
         // -0.0 and +0.0 are one coordinate (their distance is 0): `+ 0.0` makes both +0.0.
         let coords = |i: usize| -> [f32; K] { std::array::from_fn(|c| corpus.row(i)[c] + 0.0) };
-        let mut keyed: Vec<([u32; K], u32)> =
-            (0..corpus.rows()).into_par_iter().map(|i| (coords(i).map(f32::to_bits), i as u32)).collect();
-        // By coordinates, then row: equal points become runs, each in row order.
+        let curve = Curve::over(corpus);
+        let mut keyed: Vec<(u64, [u32; K], u32)> = (0..corpus.rows())
+            .into_par_iter()
+            .map(|i| (curve.key(corpus.row(i)), coords(i).map(f32::to_bits), i as u32))
+            .collect();
+        // Along the curve, then by coordinates, then row: equal points become runs, each in
+        // row order.
         keyed.par_sort_unstable();
         let mut points = Vec::new();
         let mut first = Vec::new();
-        for (at, (bits, _)) in keyed.iter().enumerate() {
-            if at == 0 || keyed[at - 1].0 != *bits {
+        for (at, (_, bits, _)) in keyed.iter().enumerate() {
+            if at == 0 || keyed[at - 1].1 != *bits {
                 points.push(bits.map(|b| f64::from(f32::from_bits(b))));
                 first.push(at as u32);
             }
         }
         first.push(keyed.len() as u32);
-        DistinctPoints { points, rows: keyed.into_iter().map(|(_, row)| row).collect(), first }
+        DistinctPoints { curve, points, rows: keyed.into_iter().map(|(_, _, row)| row).collect(), first }
+    }
+
+    /// The exact key (`Metric::rank_key_f64` of the metrics the tree takes) from `query` to
+    /// point `p`, read from the points rather than the corpus's rows, which lie in input order.
+    pub(super) fn key_to(&self, query: &[f32], p: usize) -> f64 {
+        sq_euclidean_f64_to(query, &self.points[p])
     }
 
     pub(super) fn rows_of(&self, p: usize) -> &[u32] {
@@ -130,18 +143,16 @@ fn knn_in<const K: usize>(job: &KdTreeJob<'_>, answers: Answers<'_>, report: &(d
     let done = AtomicUsize::new(0);
     let answer_rows = |first: usize, indices: &mut [u32], distances: &mut [f32]| {
         let k = job.k;
-        indices
-            .par_chunks_mut(ROWS_PER_TASK * k)
-            .zip(distances.par_chunks_mut(ROWS_PER_TASK * k))
-            .enumerate()
-            .for_each(|(task, (ids, dists))| {
-                let mut scratch = Scratch::default();
-                for (r, (ids, dists)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).enumerate() {
-                    let answer = nearest(job, &distinct, &tree, first + task * ROWS_PER_TASK + r, &mut scratch);
-                    write_row(job.metric, answer.iter().copied(), ids, dists);
-                }
-                report(done.fetch_add(ids.len() / k, Ordering::Relaxed) + ids.len() / k);
-            });
+        let order = distinct.curve.order(job.queries, first, indices.len() / k);
+        let mut slots = slots_in_order(indices, distances, k, &order);
+        slots.par_chunks_mut(ROWS_PER_TASK).zip(order.par_chunks(ROWS_PER_TASK)).for_each(|(slots, order)| {
+            let mut scratch = Scratch::default();
+            for ((ids, dists), &r) in slots.iter_mut().zip(order) {
+                let answer = nearest(job, &distinct, &tree, first + r as usize, &mut scratch);
+                write_row(job.metric, answer.iter().copied(), ids, dists);
+            }
+            report(done.fetch_add(order.len(), Ordering::Relaxed) + order.len());
+        });
     };
     match answers {
         Answers::Whole { indices, distances } => answer_rows(0, indices, distances),
@@ -178,7 +189,7 @@ pub(super) fn nearest<'s, const K: usize>(
     let (k, excluded) = (job.k, job.exclude[i]);
     let query_row = job.queries.row(i);
     let query: [f64; K] = std::array::from_fn(|c| f64::from(query_row[c]));
-    let key_of = |p: usize| job.metric.rank_key_f64(query_row, job.corpus.row(distinct.rows_of(p)[0] as usize));
+    let key_of = |p: usize| distinct.key_to(query_row, p);
     let total = distinct.points.len();
     // Distinct points to ask for: enough for k rows plus one beyond, to show where the k-th
     // key ends, where no two rows share a point; more while the k-th key is not proven.
