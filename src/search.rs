@@ -78,9 +78,10 @@ impl FromStr for Select {
 /// Which algorithm finds the neighbours. The answer is the same whichever runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Algorithm {
-    /// The planner's choice: the kd-tree for euclidean and squared euclidean distances in
-    /// a few dimensions (see the README for the rule), brute force otherwise, and always
-    /// where [`Backend::Gpu`] is asked for.
+    /// The planner's choice: for euclidean and squared euclidean distances in a few
+    /// dimensions the kd-tree, or the hybrid join where a GPU engine was found (see the
+    /// README for the rule); brute force otherwise, and always where [`Backend::Gpu`] is
+    /// asked for.
     #[default]
     Auto,
     /// Every distance computed, on the GPU (a matrix product and a select a tile) or on the

@@ -1,5 +1,5 @@
-//! The planner's first decisions: which algorithm (brute force, or a kd-tree for data of a
-//! few dimensions), then for brute force one pass over the whole data on one engine, or the
+//! The planner's first decisions: which algorithm (brute force, or a kd-tree or the hybrid
+//! join for data of a few dimensions), then for brute force one pass over the whole data on one engine, or the
 //! partitioned graph of P x P blocks dealt to several workers.
 
 use crate::lowdim::{hybrid, kdtree};
@@ -14,8 +14,15 @@ use crate::search::Algorithm;
 const AUTO_KD_TREE_DIM_CPU: usize = 6;
 
 /// Most dimensions for which [`Algorithm::Auto`] takes the kd-tree, on the host's threads,
-/// where the engine is a GPU that the caller did not ask for by name (`notes/lowdim.md`).
-const AUTO_KD_TREE_DIM_GPU: usize = 5;
+/// where the engine is a GPU that the caller did not ask for by name; from there to
+/// [`AUTO_HYBRID_DIM_GPU`] it takes the hybrid join (`notes/lowdim.md`: in 2-D the two take
+/// the same time, from 3-D on the hybrid is faster).
+const AUTO_KD_TREE_DIM_GPU: usize = 2;
+
+/// Most dimensions for which [`Algorithm::Auto`] takes the hybrid join where the engine is a
+/// GPU that the caller did not ask for by name: every dimension the grid takes (at 6-D it
+/// beat GPU brute force 2.5x and the kd-tree 1.1-1.7x).
+const AUTO_HYBRID_DIM_GPU: usize = crate::gpu::GRID_MAX_DIMS;
 
 /// What the caller asked for that bears on the algorithm.
 #[derive(Clone, Copy, Debug)]
@@ -35,7 +42,7 @@ pub(crate) struct AlgorithmAsked {
     pub partitioned: bool,
 }
 
-/// The algorithm that runs, [`Algorithm::Brute`] or [`Algorithm::KdTree`], and a message for
+/// The algorithm that runs (brute force, the kd-tree or the hybrid join), and a message for
 /// the user where it is not brute force or differs from the one asked for.
 pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<String>) {
     let AlgorithmAsked { algorithm, metric, d, gpu, gpu_forced, partitioned } = asked;
@@ -87,9 +94,19 @@ pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<Stri
             ),
         ),
         Algorithm::Auto => {
+            let why = format!("{d} dimension{}, {metric}", if d == 1 { "" } else { "s" });
             let most = if gpu { AUTO_KD_TREE_DIM_GPU } else { AUTO_KD_TREE_DIM_CPU };
-            if tree_takes && !partitioned && !gpu_forced && d <= most {
-                chosen(format!("{d} dimension{}, {metric}", if d == 1 { "" } else { "s" }))
+            if !tree_takes || partitioned || gpu_forced {
+                (Algorithm::Brute, None)
+            } else if d <= most {
+                chosen(why)
+            } else if gpu && d <= AUTO_HYBRID_DIM_GPU && hybrid::handles(metric, d) {
+                (
+                    Algorithm::Hybrid,
+                    Some(format!(
+                        "algorithm: hybrid, the GPU grid for dense regions and the kd-tree on the CPU's threads ({why})"
+                    )),
+                )
             } else {
                 (Algorithm::Brute, None)
             }
@@ -251,14 +268,16 @@ mod tests {
     }
 
     #[test]
-    fn auto_takes_the_kd_tree_for_few_dimensions_and_euclidean_distances() {
-        use Algorithm::{Auto, Brute, KdTree};
+    fn auto_takes_the_kd_tree_or_the_hybrid_for_few_dimensions_and_euclidean_distances() {
+        use Algorithm::{Auto, Brute, Hybrid, KdTree};
         for metric in [Metric::Euclidean, Metric::SqEuclidean] {
             assert_eq!(algorithm(Auto, metric, 2, false, false), (KdTree, true));
             assert_eq!(algorithm(Auto, metric, AUTO_KD_TREE_DIM_CPU, false, false), (KdTree, true));
             assert_eq!(algorithm(Auto, metric, AUTO_KD_TREE_DIM_CPU + 1, false, false), (Brute, false));
             assert_eq!(algorithm(Auto, metric, AUTO_KD_TREE_DIM_GPU, true, false), (KdTree, true));
-            assert_eq!(algorithm(Auto, metric, AUTO_KD_TREE_DIM_GPU + 1, true, false), (Brute, false));
+            assert_eq!(algorithm(Auto, metric, AUTO_KD_TREE_DIM_GPU + 1, true, false), (Hybrid, true));
+            assert_eq!(algorithm(Auto, metric, AUTO_HYBRID_DIM_GPU, true, false), (Hybrid, true));
+            assert_eq!(algorithm(Auto, metric, AUTO_HYBRID_DIM_GPU + 1, true, false), (Brute, false));
             assert_eq!(algorithm(Auto, metric, 2, false, true), (Brute, false));
         }
         for metric in [Metric::Cosine, Metric::Correlation, Metric::InnerProduct] {
@@ -276,8 +295,6 @@ mod tests {
         assert_eq!(algorithm(Hybrid, Metric::Euclidean, most + 1, true, false), (Brute, true));
         assert_eq!(algorithm(Hybrid, Metric::Cosine, 2, true, false), (Brute, true));
         assert_eq!(algorithm(Hybrid, Metric::Euclidean, 2, true, true), (Brute, true));
-        // `auto` does not choose it (`notes/lowdim.md`).
-        assert_ne!(algorithm(Algorithm::Auto, Metric::Euclidean, 4, true, false).0, Hybrid);
     }
 
     #[test]
