@@ -1368,8 +1368,9 @@ fn kd_tree_block_rows(p: Problem, memory: Option<u64>) -> Option<usize> {
     let most = ((64u64 << 20) / row_bytes).max(1) as usize;
     let Some(memory) = memory else { return Some(most.min(p.n)) };
     let left = memory.checked_sub(kdtree::tree_bytes(p.n, p.d))?;
-    // Half of what is left: the block's answers, and the caller's copy as it writes them.
-    let rows = (left / 2 / row_bytes) as usize;
+    // The block's answers, the caller's copy as it writes them, and the order the block's
+    // rows are answered in.
+    let rows = (left / (2 * row_bytes + kdtree::ORDER_BYTES_PER_ROW)) as usize;
     (rows >= 1).then(|| rows.min(most).min(p.n))
 }
 

@@ -72,8 +72,10 @@ impl GpuEngine {
             words[16 + j] = strides[j];
         }
         words[24] = cells.inv.to_bits();
-        let geometry = self.upload("grid geometry", bytemuck::cast_slice(&words))?;
-        let corpus = self.upload("grid points", bytemuck::cast_slice(points))?;
+        // Written on this thread alone: the hybrid join rebuilds its grid while the host's
+        // thread pool is busy with the kd-tree (`upload` would wait for it).
+        let geometry = self.upload_from_this_thread("grid geometry", bytemuck::cast_slice(&words))?;
+        let corpus = self.upload_from_this_thread("grid points", bytemuck::cast_slice(points))?;
         let cell_keys = self.buffer("grid cell ids", n as u64 * 4, STORAGE)?;
         let cell_points = self.buffer("grid cell points", n as u64 * 4, STORAGE)?;
         let built = GpuGrid { gpu: self, dims, points: n, corpus, geometry, cell_keys, cell_points };
@@ -122,11 +124,8 @@ impl GpuGrid<'_> {
         let gpu = self.gpu;
         let nq = queries.len() / self.dims;
         let kernels = gpu.kernels.grid_kernels(&gpu.ctx)?;
-        // Written on this thread alone (not `upload`, which spreads large copies over the
-        // host's thread pool): the hybrid join calls this while the pool's threads are busy
-        // with the kd-tree, and would wait for them.
-        let coords = gpu.buffer("grid queries", std::mem::size_of_val(queries) as u64, STORAGE)?;
-        gpu.ctx.queue.write_buffer(&coords, 0, bytemuck::cast_slice(queries));
+        // The hybrid join calls this while the host's thread pool is busy with the kd-tree.
+        let coords = gpu.upload_from_this_thread("grid queries", bytemuck::cast_slice(queries))?;
         let heap_bytes = (nq * kc) as u64 * 4;
         let heap_keys = gpu.buffer("grid heap keys", heap_bytes, STORAGE)?;
         let heap_ids = gpu.buffer("grid heap points", heap_bytes, STORAGE)?;

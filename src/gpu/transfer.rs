@@ -34,6 +34,18 @@ impl GpuEngine {
         Ok(buffer)
     }
 
+    /// [`Self::upload`] written by the calling thread alone, for callers that run while the
+    /// host's thread pool is busy with other work (the hybrid join's GPU thread), which
+    /// `upload`'s parts would wait for.
+    pub(super) fn upload_from_this_thread(&self, label: &str, bytes: &[u8]) -> Result<wgpu::Buffer> {
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        let buffer = self.buffer(label, bytes.len() as u64, usage)?;
+        if !bytes.is_empty() {
+            self.ctx.queue.write_buffer(&buffer, 0, bytes);
+        }
+        Ok(buffer)
+    }
+
     /// Writes `bytes` at the start of `buffer`; the copy to the GPU runs before the next
     /// submission's work.
     pub(super) fn write(&self, buffer: &wgpu::Buffer, label: &str, bytes: &[u8]) -> Result<()> {

@@ -53,13 +53,37 @@ pub(super) fn plan<const K: usize>(points: &[[f64; K]], mut sampled_kth_keys: Ve
     if points.is_empty() || sampled_kth_keys.is_empty() {
         return None;
     }
-    let lo: [f64; K] = std::array::from_fn(|j| points.iter().map(|p| p[j]).fold(f64::INFINITY, f64::min));
-    let hi: [f64; K] = std::array::from_fn(|j| points.iter().map(|p| p[j]).fold(f64::NEG_INFINITY, f64::max));
     sampled_kth_keys.sort_unstable_by(f64::total_cmp);
     let at = ((sampled_kth_keys.len() as f64 * SUCCESS_QUANTILE) as usize).min(sampled_kth_keys.len() - 1);
     // The cell width that holds the quantile's k-th neighbour within `reach` (a few per cent
-    // less than the width), and no finer than the id's bits and MAX_SIDE allow.
-    let mut width = sampled_kth_keys[at].sqrt() * 1.05;
+    // less than the width).
+    plan_of_width(points, sampled_kth_keys[at].sqrt() * 1.05)
+}
+
+/// The grid of `plan` rebuilt with cells `factor` times as wide (section 4.4's re-index, for
+/// a grid too fine for the queries it meets, with [`WIDENING`]), or `None` where no wider
+/// grid is possible.
+pub(super) fn widened<const K: usize>(points: &[[f64; K]], plan: &GridPlan, factor: f64) -> Option<GridPlan> {
+    // Two cells a side: the cells around every cell already hold every point.
+    if plan.cells.sides.iter().all(|&side| side <= 2) {
+        return None;
+    }
+    let width = 1.0 / f64::from(plan.cells.inv);
+    let wider = plan_of_width(points, width * factor)?;
+    (wider.cells.inv < plan.cells.inv).then_some(wider)
+}
+
+/// Growth of the cell width at a re-index.
+pub(super) const WIDENING: f64 = 1.5;
+
+/// The grid of cells of (about) `width` over `points`, no finer than the id's bits and
+/// MAX_SIDE allow.
+fn plan_of_width<const K: usize>(points: &[[f64; K]], mut width: f64) -> Option<GridPlan> {
+    if points.is_empty() {
+        return None;
+    }
+    let lo: [f64; K] = std::array::from_fn(|j| points.iter().map(|p| p[j]).fold(f64::INFINITY, f64::min));
+    let hi: [f64; K] = std::array::from_fn(|j| points.iter().map(|p| p[j]).fold(f64::NEG_INFINITY, f64::max));
     let extent = |j: usize| (hi[j] - lo[j]).max(0.0);
     let widest = (0..K).map(extent).fold(0.0, f64::max);
     width = width.max(widest / (MAX_SIDE - 2.0));
@@ -176,6 +200,24 @@ mod tests {
         for key in estimated_kth_keys(&queries, &lattice, &|_| 1, 8) {
             assert!((1.0..=4.0).contains(&key), "{key}");
         }
+    }
+
+    #[test]
+    fn a_widened_grid_has_wider_cells_until_one_cell_holds_all() {
+        let points: Vec<[f64; 2]> = (0..100).flat_map(|i| (0..100).map(move |j| [i as f64, j as f64])).collect();
+        let mut plan = plan(&points, vec![1.0]).unwrap();
+        let mut steps = 0;
+        while let Some(wider) = widened(&points, &plan, WIDENING) {
+            assert!(wider.cells.inv < plan.cells.inv && wider.reach_key > plan.reach_key);
+            plan = wider;
+            steps += 1;
+        }
+        // From cells of 1.05 to two a side, 1.5x a step.
+        assert!(
+            (9..=12).contains(&steps) && plan.cells.sides.iter().all(|&s| s <= 2),
+            "{steps} {:?}",
+            plan.cells.sides
+        );
     }
 
     #[test]

@@ -28,7 +28,13 @@ pub(crate) struct HybridReport {
     pub gpu_proven: usize,
     /// Why the GPU stopped taking rows, where it failed (the kd-tree answered the rest).
     pub gpu_error: Option<String>,
+    /// Times the grid was rebuilt wider because more than a quarter of a batch failed.
+    pub grid_rebuilds: usize,
 }
+
+/// Most re-indexes a run makes: each makes cells 1.5x as wide, 3^d times the points a query
+/// meets after 2.7 of them; failures beyond go to the kd-tree.
+const MOST_REBUILDS: usize = 4;
 
 /// Whether the hybrid join computes `metric` in `d` dimensions.
 pub(crate) fn handles(metric: crate::metric::Metric, d: usize) -> bool {
@@ -56,7 +62,7 @@ pub(crate) fn knn(
     macro_rules! by_dim {
         ($($k:literal)*) => {
             match d {
-                $($k => knn_in::<$k>(job, gpu, answers, report),)*
+                $($k => knn_in::<$k>(job, gpu, answers, report, 1.0),)*
                 _ => unreachable!("checked by `handles`"),
             }
         };
@@ -70,11 +76,14 @@ fn grid_slots(k: usize) -> usize {
     k + 2
 }
 
+/// [`knn`] in `K` dimensions, its first grid's cells `width_scale` times as wide as planned
+/// (tests make it too fine to see it rebuilt).
 fn knn_in<const K: usize>(
     job: &KdTreeJob<'_>,
     gpu: &GpuEngine,
     answers: Answers<'_>,
     report: &(dyn Fn(usize) + Sync),
+    width_scale: f64,
 ) -> Result<HybridReport> {
     let distinct = DistinctPoints::<K>::of(job.corpus);
     crate::trace::mark(|| format!("hybrid: {} distinct points", distinct.points.len()));
@@ -89,15 +98,17 @@ fn knn_in<const K: usize>(
     let mut run = HybridReport::default();
     // Planned without the kd-tree, which the CPU's threads build while the GPU answers its
     // first batch.
-    let plan = grid::plan(
-        &distinct.points,
-        grid::estimated_kth_keys(&sampled, &distinct.points, &|p| distinct.rows_of(p).len(), job.k),
-    );
+    let estimated = grid::estimated_kth_keys(&sampled, &distinct.points, &|p| distinct.rows_of(p).len(), job.k);
+    let plan = grid::plan(&distinct.points, estimated.iter().map(|key| key * width_scale * width_scale).collect());
     let points: Vec<f32> = distinct.points.iter().flatten().map(|&x| x as f32).collect();
     crate::trace::mark(|| format!("hybrid: grid planned: {:?}", plan.as_ref().map(|p| &p.cells.sides)));
-    let built = match &plan {
+    let built = match plan {
         Some(plan) => match gpu.build_grid(&points, K, &plan.cells) {
-            Ok(built) => Some((built, plan)),
+            Ok(grid) => Some(GpuSide {
+                current: Mutex::new(Current { grid, plan: Arc::new(plan), generation: 0 }),
+                gpu,
+                points: &points,
+            }),
             Err(e) => {
                 run.gpu_error = Some(e.to_string());
                 None
@@ -106,7 +117,13 @@ fn knn_in<const K: usize>(
         None => None,
     };
     crate::trace::mark(|| "hybrid: grid built on the GPU".to_string());
-    let shared = Shared { job, distinct: &distinct, tree: OnceLock::new(), grid: built.as_ref().map(|(g, p)| (g, *p)) };
+    let shared = Shared {
+        job,
+        distinct: &distinct,
+        tree: OnceLock::new(),
+        grid: built,
+        failed_generation: AtomicUsize::new(usize::MAX),
+    };
     let done = AtomicUsize::new(0);
     let mut answer_rows = |first: usize, indices: &mut [u32], distances: &mut [f32]| -> Result<()> {
         let outcome = shared.answer(first, indices, distances, &|rows| {
@@ -114,6 +131,7 @@ fn knn_in<const K: usize>(
         })?;
         run.gpu_rows += outcome.gpu_rows;
         run.gpu_proven += outcome.gpu_proven;
+        run.grid_rebuilds += outcome.grid_rebuilds;
         run.gpu_error = run.gpu_error.take().or(outcome.gpu_error);
         Ok(())
     };
@@ -138,12 +156,30 @@ struct Shared<'a, const K: usize> {
     distinct: &'a DistinctPoints<K>,
     /// Built by the first call of [`Shared::answer`], while the GPU answers its first batch.
     tree: OnceLock<ImmutableKdTree<f64, K>>,
-    grid: Option<(&'a GpuGrid<'a>, &'a GridPlan)>,
+    grid: Option<GpuSide<'a>>,
+    /// The generation of a grid more than a quarter of whose batch failed (`usize::MAX`:
+    /// none), for the GPU's end to rebuild it wider.
+    failed_generation: AtomicUsize,
 }
 
-/// A batch the GPU took: its index, the grid's answers (none where the GPU failed) and the
-/// queue position of their first slot.
-type Answered = (usize, Option<Arc<GridAnswers>>, usize);
+/// The GPU's grid, which only the GPU's end of the queue uses, and what rebuilds it.
+struct GpuSide<'a> {
+    current: Mutex<Current<'a>>,
+    gpu: &'a GpuEngine,
+    /// The distinct points in f32, as the grid holds them.
+    points: &'a [f32],
+}
+
+/// The grid the GPU queries now: its plan and how many grids came before it.
+struct Current<'a> {
+    grid: GpuGrid<'a>,
+    plan: Arc<GridPlan>,
+    generation: usize,
+}
+
+/// A batch the GPU took: its index, the grid's answers (none where the GPU failed), the
+/// queue position of their first slot, and the grid's plan and generation.
+type Answered = (usize, Option<Arc<GridAnswers>>, usize, Arc<GridPlan>, usize);
 
 /// A query row's answer slots (k indices, k distances).
 type Slot<'o> = (&'o mut [u32], &'o mut [f32]);
@@ -185,12 +221,15 @@ impl<const K: usize> Shared<'_, K> {
         let proven = AtomicUsize::new(0);
         let mut report = HybridReport::default();
         // The GPU's first batch is taken before the CPU's threads start, so that it is large.
-        let first_batch = self.grid.and_then(|(grid, _)| take_front(&queue, grid.query_rows(grid_slots(k))));
+        let first_batch = self.grid.as_ref().and_then(|side| {
+            let rows = side.current.lock().unwrap_or_else(|e| e.into_inner()).grid.query_rows(grid_slots(k));
+            take_front(&queue, rows)
+        });
         std::thread::scope(|threads| {
-            if let Some((grid, _)) = self.grid {
+            if let Some(side) = &self.grid {
                 let (queue, answered, gpu_done, report, order) = (&queue, &answered, &gpu_done, &mut report, &order);
                 threads.spawn(move || {
-                    *report = self.gpu_end(grid, first, order, first_batch, queue, answered);
+                    *report = self.gpu_end(side, first, order, first_batch, queue, answered);
                     gpu_done.store(true, Ordering::Release);
                 });
             }
@@ -205,14 +244,17 @@ impl<const K: usize> Shared<'_, K> {
                         let mut scratch = Scratch::default();
                         loop {
                             let checked = answered.lock().unwrap_or_else(|e| e.into_inner()).pop();
-                            if let Some((batch, found, start)) = checked {
+                            if let Some((batch, found, start, plan, generation)) = checked {
                                 let slots = claim(&outs[batch]);
                                 let at = batch * BATCH_ROWS;
-                                let plan = self.grid.map(|(_, plan)| plan).expect("answered by the grid");
-                                let found = found.as_deref().map(|f| (plan, f, at - start));
+                                let gpu_failed = found.is_none();
+                                let found = found.as_deref().map(|f| (&*plan, f, at - start));
                                 let rows = &order[at..at + slots.len()];
                                 let proven_here = self.finish(tree, found, first, rows, slots, &mut scratch);
                                 proven.fetch_add(proven_here, Ordering::Relaxed);
+                                if !gpu_failed && 4 * (rows.len() - proven_here) > rows.len() {
+                                    self.failed_generation.store(generation, Ordering::Relaxed);
+                                }
                                 finished(rows.len());
                             } else if let Some(batch) = take_back(&queue) {
                                 let slots = claim(&outs[batch]);
@@ -242,7 +284,7 @@ impl<const K: usize> Shared<'_, K> {
     /// Each batch's answers go to `answered` (none where the GPU failed).
     fn gpu_end(
         &self,
-        grid: &GpuGrid<'_>,
+        side: &GpuSide<'_>,
         first: usize,
         order: &[u32],
         first_batch: Option<(usize, usize)>,
@@ -251,14 +293,28 @@ impl<const K: usize> Shared<'_, K> {
     ) -> HybridReport {
         let kc = grid_slots(self.job.k);
         let mut report = HybridReport::default();
+        let mut current = side.current.lock().unwrap_or_else(|e| e.into_inner());
         let mut claimed = first_batch;
-        while let Some((from, count)) = claimed.take().or_else(|| take_front(queue, grid.query_rows(kc))) {
+        while let Some((from, count)) = claimed.take().or_else(|| take_front(queue, current.grid.query_rows(kc))) {
+            if self.failed_generation.load(Ordering::Relaxed) == current.generation
+                && current.generation < MOST_REBUILDS
+            {
+                match self.rebuild(side, &mut current) {
+                    Ok(rebuilt) => report.grid_rebuilds += usize::from(rebuilt),
+                    Err(e) => {
+                        report.gpu_error = Some(e.to_string());
+                        // The batch goes back to the queue's front for the CPU's threads.
+                        queue.lock().unwrap_or_else(|e| e.into_inner()).0 = from;
+                        break;
+                    }
+                }
+            }
             let start = from * BATCH_ROWS;
             let end = ((from + count) * BATCH_ROWS).min(order.len());
             let coords: Vec<f32> =
                 order[start..end].iter().flat_map(|&r| self.job.queries.row(first + r as usize)).copied().collect();
             crate::trace::mark(|| format!("hybrid: GPU batch of {} rows from position {start}", end - start));
-            let found = match grid.query(&coords, kc) {
+            let found = match current.grid.query(&coords, kc) {
                 Ok(found) => Some(Arc::new(found)),
                 Err(e) => {
                     report.gpu_error = Some(e.to_string());
@@ -268,15 +324,27 @@ impl<const K: usize> Shared<'_, K> {
             crate::trace::mark(|| format!("hybrid: GPU batch of {} rows answered", end - start));
             report.gpu_rows += end - start;
             let failed = found.is_none();
-            answered
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .extend((from..from + count).map(|b| (b, found.clone(), start)));
+            answered.lock().unwrap_or_else(|e| e.into_inner()).extend(
+                (from..from + count).map(|b| (b, found.clone(), start, current.plan.clone(), current.generation)),
+            );
             if failed {
                 break;
             }
         }
         report
+    }
+
+    /// Replaces the grid with one of wider cells (section 4.4's re-index); false where no
+    /// wider grid is possible and the grid stays.
+    fn rebuild<'g>(&self, side: &GpuSide<'g>, current: &mut Current<'g>) -> Result<bool> {
+        current.generation += 1;
+        let Some(plan) = grid::widened(&self.distinct.points, &current.plan, grid::WIDENING) else {
+            return Ok(false);
+        };
+        current.grid = side.gpu.build_grid(side.points, K, &plan.cells)?;
+        crate::trace::mark(|| format!("hybrid: grid rebuilt wider: {:?}", plan.cells.sides));
+        current.plan = Arc::new(plan);
+        Ok(true)
     }
 
     /// Answers query rows `first + rows[j]` into `slots[j]`: from the grid's answers `found`
@@ -362,4 +430,47 @@ fn take_back(queue: &Mutex<(usize, usize)>) -> Option<usize> {
 /// The answer arrays of a batch its taker now owns.
 fn claim<'s, 'o>(out: &BatchOut<'s, 'o>) -> &'s mut [Slot<'o>] {
     out.lock().unwrap_or_else(|e| e.into_inner()).take().expect("each batch is taken once")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::MatrixRef;
+    use crate::metric::Metric;
+
+    /// A grid planned far too fine fails most of its first batch and is rebuilt wider; the
+    /// answer stays the kd-tree's.
+    #[test]
+    fn a_grid_too_fine_is_rebuilt_wider() {
+        let settings = crate::search::Options {
+            adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+            no_subgroups: true,
+            // Small GPU batches (a few thousand rows), so that the GPU comes back for more
+            // after the CPU's threads have proven its first.
+            memory_budget: Some(1 << 20),
+            ..Default::default()
+        }
+        .gpu_settings();
+        let gpu = GpuEngine::new(&settings, false).unwrap_or_else(|e| panic!("GPU test without a usable adapter: {e}"));
+        let n = 1 << 19;
+        let mut state = 7u64;
+        let coords: Vec<f32> = (0..2 * n)
+            .map(|_| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (state >> 40) as f32 / (1u64 << 24) as f32
+            })
+            .collect();
+        let data = MatrixRef::new(&coords, n, 2).unwrap();
+        let exclude: Vec<u32> = (0..n as u32).collect();
+        let k = 5;
+        let job = KdTreeJob { corpus: data, queries: data, exclude: &exclude, k, metric: Metric::SqEuclidean };
+        let (mut ids, mut dists) = (vec![0u32; n * k], vec![0f32; n * k]);
+        let answers = Answers::Whole { indices: &mut ids, distances: &mut dists };
+        let run = knn_in::<2>(&job, &gpu, answers, &|_| {}, 0.4).unwrap();
+        assert!(run.gpu_error.is_none(), "{:?}", run.gpu_error);
+        assert!(run.grid_rebuilds >= 1 && run.gpu_proven > 0, "{run:?}");
+        let (mut tree_ids, mut tree_dists) = (vec![0u32; n * k], vec![0f32; n * k]);
+        kdtree::knn(&job, Answers::Whole { indices: &mut tree_ids, distances: &mut tree_dists }, &|_| {}).unwrap();
+        assert!(ids == tree_ids && dists == tree_dists, "the hybrid's answer differs from the kd-tree's");
+    }
 }

@@ -54,6 +54,11 @@ pub(crate) enum Answers<'o> {
     Blocks { rows: usize, sink: &'o mut RowSink<'o> },
 }
 
+/// Host memory a block of query rows takes beside its answers while it is answered along
+/// the curve: the order (4 bytes a row) and each row's answer slots, twice while they are
+/// put in that order (`order::slots_in_order`, 32 bytes a row each).
+pub(crate) const ORDER_BYTES_PER_ROW: u64 = 4 + 2 * 32;
+
 /// Host memory the kd-tree of `n` rows of `d` columns holds beside its input, in bytes:
 /// the distinct points and the tree's copy of them in float64, the rows of each point, and
 /// the sort that finds them.
