@@ -3,8 +3,11 @@
 //!
 //! The GPU takes large batches from the front, half of what is left each time, so that its
 //! batches shrink as the queue does; the CPU's threads take one small batch at a time from
-//! the back, and both stop where they meet. A query whose grid candidates do not prove its
-//! answer (`grid::outside_bound`) is answered by the kd-tree where it stands.
+//! the back, and both stop where they meet; the queue runs along the points' curve
+//! (`order.rs`). A query whose grid candidates do not prove its answer
+//! (`grid::outside_bound`) is answered by the kd-tree where it stands, and where more than a
+//! quarter of a batch fails, the GPU rebuilds its grid wider before its next batch (section
+//! 4.4's re-index).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -32,8 +35,8 @@ pub(crate) struct HybridReport {
     pub grid_rebuilds: usize,
 }
 
-/// Most re-indexes a run makes: each makes cells 1.5x as wide, 3^d times the points a query
-/// meets after 2.7 of them; failures beyond go to the kd-tree.
+/// Most re-indexes a run makes, each to cells 1.5x as wide (a query then meets 1.5^d times
+/// the points); failures beyond them go to the kd-tree.
 const MOST_REBUILDS: usize = 4;
 
 /// Whether the hybrid join computes `metric` in `d` dimensions.
