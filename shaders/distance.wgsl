@@ -28,11 +28,13 @@
 // such a row incomplete.
 //
 // Symmetric blocks (a graph, column_end > 0): the query rows are corpus rows row_base.., and
-// row_state, shortlist_len and shortlist are bound for every corpus row. A key is also the key
-// of the transposed pair, so a key below a column row's bound (columns before column_end, rows
-// of earlier query tiles whose lists are complete up to there) is appended to that column
-// row's shortlist too. Keys of (x, y) and (y, x) are bitwise equal: the same fused
-// multiply-adds in the same order, and norms that commute.
+// row_state is bound for every corpus row. A key is also the key of the transposed pair, so a
+// key below a column row's bound (columns before column_end, rows of earlier query tiles whose
+// lists are complete up to there) is appended to that column row's shortlist too. Keys of
+// (x, y) and (y, x) are bitwise equal: the same fused multiply-adds in the same order, and
+// norms that commute. A shortlist lives only until its tile's keys are merged, so shortlists
+// are slots, not rows: query row r's is slot r, and the tile's columns' follow from
+// column_lists.
 //
 // Publishing (shaders/distance_publish.wgsl, a module of its own): the ranked answers of the
 // query tile before this one are copied from GPU memory into the mapped read-back buffer by
@@ -56,6 +58,8 @@ struct Params {
     column_cap: u32,    // pairs per row of the column rows' shortlists
     publish_len: u32,   // vec4s of answers to publish (see above); 0: none
     column_begin: u32,  // unused here; keeps the layout of the host's DistanceParams
+    column_lists: u32,  // shortlist slot of the tile's first column (symmetric blocks)
+    pad: u32,
 }
 
 override BM: u32 = 128u;
@@ -188,9 +192,10 @@ fn append_to_columns(r: u32, global: vec4<u32>, v: vec4<f32>, cb: vec4<f32>) {
         // unroll(j, 4u)
         for (var j = 0u; j < 4u; j++) {
             if (v[j] < cb[j]) {
-                let slot = atomicAdd(&shortlist_len[global[j]], 1u);
+                let list = params.column_lists + global[j] - params.col_base;
+                let slot = atomicAdd(&shortlist_len[list], 1u);
                 if (slot < params.column_cap) {
-                    shortlist[global[j] * params.column_cap + slot] = vec2<u32>(bitcast<u32>(v[j]), params.row_base + r);
+                    shortlist[list * params.column_cap + slot] = vec2<u32>(bitcast<u32>(v[j]), params.row_base + r);
                 }
             }
         }
@@ -214,8 +219,8 @@ fn store_row(
         return;
     }
     let qn = q_norms[r];
-    let state_row = params.row_base + r;
-    let state = row_state[state_row];
+    let state = row_state[params.row_base + r];
+    let list = r;
     let own = state.x;
     let bound = bitcast<f32>(state.y);
     let cap = params.shortlist_cap;
@@ -238,9 +243,9 @@ fn store_row(
                 // unroll(j, 4u)
                 for (var j = 0u; j < 4u; j++) {
                     if (v[j] < bound) {
-                        let slot = atomicAdd(&shortlist_len[state_row], 1u);
+                        let slot = atomicAdd(&shortlist_len[list], 1u);
                         if (slot < cap) {
-                            shortlist[state_row * cap + slot] = vec2<u32>(bitcast<u32>(v[j]), global[j]);
+                            shortlist[list * cap + slot] = vec2<u32>(bitcast<u32>(v[j]), global[j]);
                         }
                     }
                 }

@@ -27,7 +27,7 @@ struct Params {
     row_base: u32,   // global index of the tile's first row (the column side's payloads)
     column_end: u32, // columns below this global index take keys into their shortlists
     column_cap: u32, // pairs per row of the shortlists
-    pad: u32,
+    column_lists: u32, // shortlist slot of the tile's first column (see distance.wgsl)
 }
 
 const NONE: u32 = 0xffffffffu;
@@ -41,7 +41,7 @@ const INF_BITS: u32 = 0x7f800000u;
 // Per row: (corpus index to exclude, bits of the shortlist bound); see distance.wgsl.
 @group(0) @binding(5) var<storage, read_write> row_state: array<vec2<u32>>;
 // The column side's (a layout of its own, bound from row 0): the key-sorted positions, and
-// every row's shortlist.
+// the shortlist slots.
 @group(0) @binding(6) var<storage, read_write> key_order: array<u32>;
 @group(0) @binding(7) var<storage, read_write> shortlist_len: array<atomic<u32>>;
 @group(0) @binding(8) var<storage, read_write> shortlist: array<vec2<u32>>;
@@ -120,9 +120,10 @@ fn take_columns(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id
         let row = positions[col * p.rows + j] / p.cols;
         let key = dist[row * p.in_stride + col];
         if (key < bound) {
-            let slot = atomicAdd(&shortlist_len[global], 1u);
+            let list = p.column_lists + col;
+            let slot = atomicAdd(&shortlist_len[list], 1u);
             if (slot < p.column_cap) {
-                shortlist[global * p.column_cap + slot] = vec2<u32>(bitcast<u32>(key), p.row_base + row);
+                shortlist[list * p.column_cap + slot] = vec2<u32>(bitcast<u32>(key), p.row_base + row);
             }
         }
     }

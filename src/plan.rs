@@ -130,7 +130,10 @@ pub(crate) fn prepared_row_bytes(d: usize) -> u64 {
 /// half the budget.
 pub(crate) fn plan_corpus(n: usize, d: usize, dev: DeviceBudget) -> Result<CorpusPlan> {
     let row = prepared_row_bytes(d);
-    let per_chunk = dev.max_binding.min(dev.budget / 4);
+    let resident = n as u64 * row <= dev.budget / 2;
+    // A resident corpus is one chunk where a binding holds it; a streamed one comes in chunks
+    // of a quarter of the budget.
+    let per_chunk = if resident { dev.max_binding } else { dev.max_binding.min(dev.budget / 4) };
     let chunk_rows = (per_chunk / row).min(n as u64) as usize;
     if chunk_rows == 0 {
         return Err(Error::TooLargeForDevice(format!(
@@ -138,7 +141,7 @@ pub(crate) fn plan_corpus(n: usize, d: usize, dev: DeviceBudget) -> Result<Corpu
             dev.budget
         )));
     }
-    Ok(CorpusPlan { chunk_rows, resident: n as u64 * row <= dev.budget / 2 })
+    Ok(CorpusPlan { chunk_rows, resident })
 }
 
 /// Chooses the query tile for `nq` queries needing `kc` candidates each against corpus chunks
@@ -337,9 +340,11 @@ const SYMMETRIC_MIN_PRODUCTS: f64 = (1u64 << 37) as f64;
 
 /// Plans a graph as symmetric blocks (Dashti, section 3.2): query tile I is compared with
 /// corpus rows up to its own last row only, and each key of a block below the diagonal also
-/// goes to the column row's shortlist, so every distance is computed once. `None` when that
-/// does not fit (a single query tile, a corpus not resident in one binding, per-row state for
-/// every corpus row over the budget or a binding) or, unless `forced`, does not pay
+/// goes to the column row's shortlist, so every distance is computed once. Every row keeps
+/// its running list and bound; shortlists are held only for the rows of the query tile and
+/// the columns of the distance tile being merged. `None` when that does not fit (a single
+/// query tile, a corpus not resident in one binding, per-row state for every corpus row over
+/// the budget or a binding) or, unless `forced`, does not pay
 /// ([`symmetric_tiles`]; also where the budget allows only far more tiles than that).
 /// `sorts`: dense tiles' candidates come from the batch index sort, which also keeps each
 /// tile's key order (for the column side from the same sort).
@@ -365,11 +370,9 @@ pub(crate) fn plan_symmetric(
     let shortlist_cap = 2 * kc + 64;
     let row = prepared_row_bytes(d);
     let shared_keys = if d >= WIDE_ROWS { 8 * kc as u64 } else { 0 };
-    let per_row_state = 8 * (kc + shortlist_cap) as u64 + 16 + shared_keys;
-    let fits = |bytes: u64| bytes <= dev.max_binding;
-    if !fits(n as u64 * 8 * shortlist_cap as u64) {
-        return None;
-    }
+    // Running list, exclusion and bound, flags.
+    let per_row_state = 8 * kc as u64 + 16 + shared_keys;
+    let shortlist_slot = 8 * shortlist_cap as u64 + 4;
     let free = dev.budget.checked_sub(n as u64 * (row + per_row_state))?;
     // The most query rows for distance tiles of `column_tile` columns, and the read-back
     // buffers that leave them.
@@ -379,10 +382,15 @@ pub(crate) fn plan_symmetric(
         let scratch_stride = column_tile.max(kc + shortlist_cap);
         // The batch index sort keeps a tile's key order while it sorts by column.
         let kept_order = if sorts { 4 * scratch_stride as u64 } else { 0 };
-        let tile = SweptTile { n, dist_stride, scratch_stride, kc, list_cap: shortlist_cap, row, kept_order, free };
+        let free = free.saturating_sub(column_tile as u64 * shortlist_slot);
+        let extra_per_row = kept_order + shortlist_slot;
+        let tile = SweptTile { n, dist_stride, scratch_stride, kc, list_cap: shortlist_cap, row, extra_per_row, free };
         let single = tile.most_rows(1, caps, dev);
         let double = tile.most_rows(2, caps, dev);
         let (most, read_backs) = if double >= single - single / 4 && double > 0 { (double, 2) } else { (single, 1) };
+        // The shortlist slots of the tile's rows and columns in one binding.
+        let slots = (dev.max_binding / (8 * shortlist_cap as u64)) as usize;
+        let most = most.min(slots.saturating_sub(column_tile) / ALIGN_ROWS * ALIGN_ROWS);
         (most, read_backs, dist_stride, scratch_stride)
     };
     let mut column_tile = corpus.chunk_rows.min(caps.column).min(MAX_COLUMN_TILE) / ALIGN_ROWS * ALIGN_ROWS;
@@ -426,8 +434,9 @@ struct SweptTile {
     list_cap: usize,
     /// Bytes of a prepared row.
     row: u64,
-    /// Further bytes a query row (the batch index sort's key order).
-    kept_order: u64,
+    /// Further bytes a query row: the batch index sort's key order, a symmetric sweep's
+    /// shortlist slot.
+    extra_per_row: u64,
     /// Budget left beside the corpus and every row's state.
     free: u64,
 }
@@ -439,7 +448,7 @@ impl SweptTile {
     fn most_rows(&self, read_backs: usize, caps: TileCaps, dev: DeviceBudget) -> usize {
         let per_query_row =
             query_row_bytes(self.dist_stride, self.scratch_stride, self.kc, self.list_cap, read_backs, self.row, true)
-                + self.kept_order;
+                + self.extra_per_row;
         let limits = [
             self.free / per_query_row,
             dev.max_binding / (4 * self.dist_stride as u64),
@@ -514,7 +523,7 @@ pub(crate) fn plan_bounded(
     }
     let sample = bounded.sample_rows as u64 * (row + 4);
     let free = dev.budget.checked_sub(n as u64 * (row + per_row_state) + sample)?;
-    let tile = SweptTile { n, dist_stride, scratch_stride, kc, list_cap, row, kept_order: 0, free };
+    let tile = SweptTile { n, dist_stride, scratch_stride, kc, list_cap, row, extra_per_row: 0, free };
     // The most read-back buffers that leave three quarters of the tile.
     let single = tile.most_rows(1, caps, dev);
     let (read_backs, most) = [3, 2, 1]
@@ -619,9 +628,9 @@ pub(crate) fn choose_sweep(a: SweepAsk) -> Result<TilePlan> {
 /// Whether a two-sided block of `rows` rows split at `split` (a symmetric sweep over both
 /// sides, `two_sided`) pays against two searches of one side's rows among the other's. It
 /// computes half the keys, but holds every row's state on the device, which under a small
-/// budget leaves it narrower tiles: each tile costs its dispatches whatever its size, so it
-/// pays while its distance tiles are at least a quarter of the searches' (whose keys it
-/// halves, against up to twice the dispatches a tile for the column rows' merges).
+/// budget leaves it narrow dense tiles, where the searches' tiles are sparse and few: each
+/// dispatch costs about as much as `KEYS_PER_DISPATCH` keys whatever its size, so the
+/// choice counts both.
 pub(crate) fn two_sided_pays(
     two_sided: &TilePlan,
     rows: usize,
@@ -631,10 +640,42 @@ pub(crate) fn two_sided_pays(
     caps: TileCaps,
     dev: DeviceBudget,
 ) -> bool {
-    let area = |t: &TilePlan| t.query_rows as u64 * t.column_tile as u64;
     let side = split.max(rows - split);
     let searches = plan_corpus(side, d, dev).and_then(|corpus| plan_tiles(side, d, kc, corpus, side, caps, dev));
-    searches.map_or(true, |plain| 4 * area(two_sided) >= area(&plain))
+    let Ok(plain) = searches else { return true };
+    let keys = split as f64 * (rows - split) as f64;
+    // The other side's rows against the split's, their keys appended to the split's rows;
+    // the split's rows first meet a tile of the other's for their bounds.
+    let bounding = kc.next_multiple_of(two_sided.query_rows);
+    let once = dispatches(two_sided, rows - split, split, true) + dispatches(two_sided, split, bounding, false);
+    let twice = dispatches(&plain, split, rows - split, false) + dispatches(&plain, rows - split, split, false);
+    keys + once as f64 * KEYS_PER_DISPATCH <= 2.0 * keys + twice as f64 * KEYS_PER_DISPATCH
+}
+
+/// Keys whose arithmetic costs about as much as one dispatch's fixed cost: on one H100, a
+/// graph's keys take about 16 ps each and a small dispatch about 17 us (`notes/partition.md`).
+const KEYS_PER_DISPATCH: f64 = 1e6;
+
+/// Dispatches of a sweep of `rows` query rows against `cols` columns in `t`'s tiles: per
+/// distance tile its GEMM and a select (the first, into the running lists) or a merge (the
+/// select too where dense), and with `column_merges` the column rows' merges, a query
+/// tile's rows at a time.
+fn dispatches(t: &TilePlan, rows: usize, cols: usize, column_merges: bool) -> u64 {
+    let mut per_query_tile = 0;
+    let (mut met, mut first) = (0, true);
+    while met < cols {
+        let width = sparse_tile_width(t, met).min(cols - met);
+        let sparse = t.sparse && !first;
+        per_query_tile += match (first, sparse) {
+            (true, _) | (false, true) => 2,
+            (false, false) => 3,
+        };
+        if column_merges {
+            per_query_tile += width.div_ceil(t.query_rows) as u64;
+        }
+        (met, first) = (met + width, false);
+    }
+    rows.div_ceil(t.query_rows.max(1)) as u64 * per_query_tile
 }
 
 #[cfg(test)]
@@ -733,6 +774,7 @@ mod tests {
         for &(n, d, kc, dev) in &[
             (262_144usize, 128usize, 26usize, h100),
             (1 << 20, 96, 32, h100),
+            (1 << 21, 128, 32, DeviceBudget { max_binding: 2 << 30, budget: 4 << 30 }),
             (65536, 128, 1250, h100),
             (3000, 24, 125, DeviceBudget { max_binding: 128 << 20, budget: 64 << 20 }),
         ] {
@@ -744,8 +786,9 @@ mod tests {
             assert!(t.query_rows >= ALIGN_ROWS && t.query_rows < n);
             assert!(kc + t.shortlist_cap <= t.scratch_stride);
             assert!((n + t.query_rows) as u64 * kc as u64 * 8 <= dev.max_binding);
-            assert!(n as u64 * t.shortlist_cap as u64 * 8 <= dev.max_binding);
-            let state = n as u64 * (8 * (kc + t.shortlist_cap) as u64 + 16);
+            let slot = 8 * t.shortlist_cap as u64 + 4;
+            assert!((t.query_rows + t.column_tile) as u64 * (slot - 4) <= dev.max_binding);
+            let state = n as u64 * (8 * kc as u64 + 16);
             let per_query_row = query_row_bytes(
                 t.dist_stride,
                 t.scratch_stride,
@@ -754,8 +797,9 @@ mod tests {
                 t.read_backs,
                 prepared_row_bytes(d),
                 true,
-            );
-            assert!(n as u64 * prepared_row_bytes(d) + state + t.query_rows as u64 * per_query_row <= dev.budget);
+            ) + slot;
+            let tiles = t.query_rows as u64 * per_query_row + t.column_tile as u64 * slot;
+            assert!(n as u64 * prepared_row_bytes(d) + state + tiles <= dev.budget);
         }
         assert_eq!(symmetric_tiles(262_144, 128, 26), Some(13));
         assert_eq!(symmetric_tiles(1 << 20, 96, 32), Some(20));
@@ -780,7 +824,7 @@ mod tests {
             plan_symmetric(n, d, kc, plan_corpus(n, d, dev).unwrap(), TileCaps::default(), dev, true, false)
         };
         assert!(forced(1000, 32, 26, h100).is_none());
-        assert!(forced(65536, 128, 1250, DeviceBudget { max_binding: 2 << 30, budget: 1 << 30 }).is_none());
+        assert!(forced(65536, 128, 1250, DeviceBudget { max_binding: 2 << 30, budget: 512 << 20 }).is_none());
         assert!(forced(10_000_000, 128, 26, LAVAPIPE).is_none());
     }
 
@@ -879,8 +923,13 @@ mod tests {
         assert_eq!(pays(1 << 20, 4 << 30), Some(true));
         // 64 MiB holds the state of 32768 rows, but leaves their sweep tiles of a few hundred
         // rows, where two searches take over a thousand.
+        // 64 MiB holds the state of both sides of blocks of 8192 or 16384 rows, but leaves
+        // them dense tiles of a few hundred rows by 1024 columns, where two searches take
+        // sparse tiles of over a thousand rows: two-sided they took 2.4 times as long.
+        assert_eq!(pays(16384, 64 << 20), Some(false));
         assert_eq!(pays(32768, 64 << 20), Some(false));
-        assert_eq!(pays(16384, 64 << 20), Some(true));
+        // 256 MiB leaves blocks of 65536 rows wide enough tiles.
+        assert_eq!(pays(131072, 256 << 20), Some(true));
     }
 
     #[test]

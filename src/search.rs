@@ -183,7 +183,8 @@ pub struct Options {
     /// Whether graphs are swept in symmetric blocks (each distance computed once for both
     /// rows): `None` lets the backend decide (on the GPU, where memory allows and k is small
     /// relative to n and d; on the CPU, for lists of up to 256 candidates with at least two
-    /// blocks of 1024 rows a thread), `Some` forces it on or off.
+    /// blocks of 1024 rows a thread), `Some` forces it on or off. `Some(true)` also has a GPU
+    /// compute every pair of blocks of a partitioned graph two-sided wherever it fits.
     pub symmetric_graphs: Option<bool>,
     /// Whether graphs with long candidate lists (k above about 200) are swept on the GPU over
     /// the upper triangle of the distance matrix under bounds from a sample of the rows (each

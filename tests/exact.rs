@@ -729,8 +729,10 @@ fn gpu_partitioned_graphs_on_two_devices() {
         devices: vec![adapter.clone(), adapter.clone()],
         no_subgroups,
         // Blocks of whole 64-row tiles: off-diagonal blocks are computed two-sided where both
-        // have kc rows, as two searches beside the last, short block.
+        // have kc rows (forced: the planner finds blocks this small cheaper as two searches),
+        // as two searches beside the last, short block.
         block_rows: Some(64),
+        symmetric_graphs: Some(true),
         lists_in_memory: Some(2),
         ..Options::default()
     };

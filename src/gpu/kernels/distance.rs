@@ -53,7 +53,10 @@ pub(in crate::gpu) struct DistanceParams {
     pub(in crate::gpu) publish_len: u32,
     /// Unused by distance.wgsl; kept so that the struct's layout stays that of its `Params`.
     pub(in crate::gpu) column_begin: u32,
-    pub(in crate::gpu) _pad: [u32; 2],
+    /// Shortlist slot of the tile's first column, where columns take keys (`column_end`);
+    /// query row r's is slot r.
+    pub(in crate::gpu) column_lists: u32,
+    pub(in crate::gpu) _pad: u32,
 }
 
 /// Queries, corpus rows, their norms, row state (read); keys, shortlist lengths, shortlists.

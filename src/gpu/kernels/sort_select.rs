@@ -22,7 +22,8 @@ pub(in crate::gpu) struct SortSelectParams {
     pub(in crate::gpu) row_base: u32,
     pub(in crate::gpu) column_end: u32,
     pub(in crate::gpu) column_cap: u32,
-    pub(in crate::gpu) pad: u32,
+    /// Shortlist slot of the tile's first column.
+    pub(in crate::gpu) column_lists: u32,
 }
 
 /// The distance tile (read); the sort's keys and positions, the lists, the row state.

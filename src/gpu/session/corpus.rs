@@ -95,7 +95,8 @@ impl GpuEngine {
     /// The tiles of a two-sided block of `rows x cols` data split at `split` (a symmetric
     /// sweep over both sides, `CorpusSession::two_sided_candidates`) with `kc` candidates a
     /// row, where the device holds it and it pays against two searches
-    /// (`plan::two_sided_pays`): the split on a tile boundary, kc rows a side at least.
+    /// (`plan::two_sided_pays`) or `symmetric_graphs` forces it: the split on a tile
+    /// boundary, kc rows a side at least.
     pub fn two_sided_tiles(&self, rows: usize, split: usize, cols: usize, kc: usize) -> Option<plan::TilePlan> {
         if cols == 0
             || split == 0
@@ -124,8 +125,8 @@ impl GpuEngine {
             sorts: self.sort_select,
         })
         .ok()?;
-        (tiles.symmetric && plan::two_sided_pays(&tiles, rows, split, cols, kc, self.tile_caps, self.budget()))
-            .then_some(tiles)
+        let pays = || plan::two_sided_pays(&tiles, rows, split, cols, kc, self.tile_caps, self.budget());
+        (tiles.symmetric && (self.symmetric_graphs == Some(true) || pays())).then_some(tiles)
     }
 
     pub(super) fn prepared_rows(&self, first: usize, rows: usize, cols: usize) -> Result<PreparedRows> {

@@ -35,10 +35,18 @@ impl CorpusSession<'_> {
         Ok(())
     }
 
-    /// The select kernels' bind group with the per-row arrays bound from state row `base`.
-    fn select_bind(&self, b: &TileBuffers, base: usize, kc: usize, shortlist_cap: usize) -> wgpu::BindGroup {
+    /// The select kernels' bind group with the per-row arrays bound from state row `base`,
+    /// and the shortlists from slot `lists` (see `TileBuffers::shortlist`).
+    fn select_bind(
+        &self,
+        b: &TileBuffers,
+        base: usize,
+        lists: usize,
+        kc: usize,
+        shortlist_cap: usize,
+    ) -> wgpu::BindGroup {
         let gpu = self.gpu;
-        let base = base as u64;
+        let (base, lists) = (base as u64, lists as u64);
         bind_group_at(
             &gpu.ctx.device,
             &gpu.kernels.select.rows.layout,
@@ -52,8 +60,8 @@ impl CorpusSession<'_> {
                 (&b.candidates, base * kc as u64 * 8),
                 (&b.failed, base * 4),
                 (&b.row_state, base * 8),
-                (&b.shortlist_len, base * 4),
-                (&b.shortlist, base * shortlist_cap as u64 * 8),
+                (&b.shortlist_len, lists * 4),
+                (&b.shortlist, lists * shortlist_cap as u64 * 8),
             ],
         )
     }
@@ -95,7 +103,10 @@ impl CorpusSession<'_> {
             self.reset_rows(b, exclude)?;
         }
 
-        let select_bind = self.select_bind(b, base, kc, cap);
+        // The query rows' shortlists are the first slots; a symmetric sweep's column rows'
+        // follow them, one a column of the tile.
+        let select_bind = self.select_bind(b, base, 0, kc, cap);
+        let column_lists = tiles.query_rows;
         let norms_bind = bind_group(
             device,
             &gpu.kernels.norms.layout,
@@ -112,10 +123,12 @@ impl CorpusSession<'_> {
         // A symmetric sweep stops at the tile's last row: later rows meet this tile as columns.
         let (columns_start, columns_end) = columns;
         // Column rows that merge this tile's keys (those with a bound: the rows of earlier
-        // tiles), a query tile's worth at a time (the auxiliary arrays hold that many rows).
-        let column_merges = |c0: usize, cols: usize| -> Vec<(usize, usize)> {
+        // tiles), a query tile's worth at a time (the auxiliary arrays hold that many rows):
+        // (first row, rows, its shortlist slot).
+        let column_merges = |c0: usize, cols: usize| -> Vec<(usize, usize, usize)> {
             let end = (c0 + cols).min(appends_below);
-            (c0..end).step_by(tiles.query_rows).map(|r0| (r0, tiles.query_rows.min(end - r0))).collect()
+            let merge = |r0: usize| (r0, tiles.query_rows.min(end - r0), column_lists + r0 - c0);
+            (c0..end).step_by(tiles.query_rows).map(merge).collect()
         };
 
         // A resident corpus goes in one submission; a streamed one a chunk at a time.
@@ -170,7 +183,7 @@ impl CorpusSession<'_> {
                 .iter()
                 .zip(&column_tiles)
                 .flat_map(|(chunk, cts)| cts.iter().flat_map(|&(c0, cols)| column_merges(chunk.first + c0, cols)))
-                .map(|(r0, _)| self.select_bind(b, r0, kc, cap))
+                .map(|(r0, _, lists)| self.select_bind(b, r0, lists, kc, cap))
                 .collect();
             let mut column_binds = column_binds.iter();
             // The batch index sort's two sorts for each width of dense tile in this batch (of a
@@ -233,6 +246,7 @@ impl CorpusSession<'_> {
                         row_base: base as u32,
                         column_end: if sorted_columns { col_base } else { appends_below as u32 },
                         column_cap: cap as u32,
+                        column_lists: column_lists as u32,
                         publish_len: publishing_bind.as_ref().filter(|_| first_tile).map_or(0, |&(_, len)| len),
                         ..Default::default()
                     });
@@ -272,7 +286,7 @@ impl CorpusSession<'_> {
                                 row_base: base as u32,
                                 column_end: appends_below as u32,
                                 column_cap: cap as u32,
-                                pad: 0,
+                                column_lists: column_lists as u32,
                             };
                             let offset = params.push(SortSelectParams { groups_x: pairs.0, ..take });
                             jobs.push(Job { step: Step::SortSelectPairs, offset, groups: pairs, bind });
@@ -318,7 +332,7 @@ impl CorpusSession<'_> {
                         jobs.push(Job { step: merge_step, offset, groups: (mx, my), bind: &select_bind });
                     }
                     // The column rows' shortlists, with no tile list to fall back on.
-                    for (_, merge_rows) in column_merges(col_base as usize, cols) {
+                    for (_, merge_rows, _) in column_merges(col_base as usize, cols) {
                         let ((mx, my), per_group) = merge_groups(merge_rows);
                         let offset = params.push(SelectParams {
                             rows: merge_rows as u32,

@@ -34,6 +34,17 @@ impl TileKey {
         }
     }
 
+    /// Shortlists: in a symmetric sweep, slots for a query tile's rows and a distance tile's
+    /// columns (a shortlist is emptied when its tile's keys are merged); otherwise one a row
+    /// of the state (a bounded sweep's lists are kept across tiles).
+    fn shortlist_rows(&self) -> usize {
+        if self.tiles.symmetric {
+            self.tiles.query_rows + self.tiles.column_tile
+        } else {
+            self.state_rows()
+        }
+    }
+
     /// Whether a symmetric sweep computes each mutual pair's exact key once (`mutual` in
     /// refine.wgsl): where every row's lists stay on the GPU, are ranked there, fit one sort
     /// (`MAX_CERTIFY_KC`), and are long enough for the exact keys to dominate (`WIDE_ROWS`).
@@ -81,9 +92,9 @@ pub(in crate::gpu) struct TileBuffers {
     pub(super) raw_queries: wgpu::Buffer,
     pub(super) queries: PreparedRows,
     /// Per row: (corpus index to exclude, shortlist bound). This and the other per-row arrays
-    /// (`failed`, the running lists at the start of `candidates`, `shortlist_len`, `shortlist`)
-    /// hold `state_rows` rows: a query tile's, or in a symmetric sweep every corpus row's, bound
-    /// from the tile's first row.
+    /// (`failed`, the running lists at the start of `candidates`) hold `state_rows` rows: a
+    /// query tile's, or in a symmetric or bounded sweep every corpus row's, bound from the
+    /// tile's first row.
     pub(super) row_state: wgpu::Buffer,
     pub(super) state_rows: usize,
     pub(super) failed: wgpu::Buffer,
@@ -95,8 +106,8 @@ pub(in crate::gpu) struct TileBuffers {
     /// column, for its sort by row (`sort_select.wgsl`).
     pub(super) key_order: Option<wgpu::Buffer>,
     pub(super) candidates: wgpu::Buffer,
-    /// Lengths and pairs of each row's shortlist: in a bounded sweep, of each row's list of
-    /// every key under its bound.
+    /// Lengths and pairs of the shortlists (`TileKey::shortlist_rows`): in a bounded sweep,
+    /// each row's list of every key under its bound.
     pub(super) shortlist_len: wgpu::Buffer,
     pub(super) shortlist: wgpu::Buffer,
     pub(super) uniform: wgpu::Buffer,
@@ -193,8 +204,8 @@ impl TileSizes {
             aux: (q * tiles.scratch_stride * 4) as u64,
             key_order: if sorts_columns { (q * tiles.scratch_stride * 4) as u64 } else { 0 },
             candidates: ((state_rows + q) * kc * 8) as u64,
-            shortlist_len: (state_rows * 4) as u64,
-            shortlist: (state_rows * tiles.shortlist_cap * 8).max(8) as u64,
+            shortlist_len: (key.shortlist_rows() * 4) as u64,
+            shortlist: (key.shortlist_rows() * tiles.shortlist_cap * 8).max(8) as u64,
             uniform: (1 + (slots_per_tile * column_tiles) as u64) * PARAM_SLOT,
             staging: candidate_staging.max(certify_staging),
             read_backs: tiles.read_backs,
