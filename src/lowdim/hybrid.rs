@@ -213,7 +213,7 @@ impl<const K: usize> Shared<'_, K> {
         let k = self.job.k;
         let rows = indices.len() / k;
         // The queue: the rows along the points' curve, their answer slots in that order.
-        let order = self.distinct.curve.order(self.job.queries, first, rows);
+        let order = self.distinct.query_order(self.job, first, rows);
         let mut slots = slots_in_order(indices, distances, k, &order);
         let outs: Vec<BatchOut<'_, '_>> = slots.chunks_mut(BATCH_ROWS).map(|b| Mutex::new(Some(b))).collect();
         // Batches not yet taken: front..back.

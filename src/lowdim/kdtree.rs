@@ -129,6 +129,17 @@ impl<const K: usize> DistinctPoints<K> {
         sq_euclidean_f64_to(query, &self.points[p])
     }
 
+    /// Query rows `first..first + len` of `job` in the curve's order, as offsets from `first`.
+    /// A graph's queries are the corpus rows, already in that order here: taken from the
+    /// points' rows instead of sorted again.
+    pub(super) fn query_order(&self, job: &KdTreeJob<'_>, first: usize, len: usize) -> Vec<u32> {
+        if !std::ptr::eq(job.queries.as_slice(), job.corpus.as_slice()) {
+            return self.curve.order(job.queries, first, len);
+        }
+        let block = first as u32..(first + len) as u32;
+        self.rows.par_iter().filter(|r| block.contains(r)).map(|r| r - block.start).collect()
+    }
+
     pub(super) fn rows_of(&self, p: usize) -> &[u32] {
         &self.rows[self.first[p] as usize..self.first[p + 1] as usize]
     }
@@ -148,7 +159,7 @@ fn knn_in<const K: usize>(job: &KdTreeJob<'_>, answers: Answers<'_>, report: &(d
     let done = AtomicUsize::new(0);
     let answer_rows = |first: usize, indices: &mut [u32], distances: &mut [f32]| {
         let k = job.k;
-        let order = distinct.curve.order(job.queries, first, indices.len() / k);
+        let order = distinct.query_order(job, first, indices.len() / k);
         let mut slots = slots_in_order(indices, distances, k, &order);
         slots.par_chunks_mut(ROWS_PER_TASK).zip(order.par_chunks(ROWS_PER_TASK)).for_each(|(slots, order)| {
             let mut scratch = Scratch::default();
