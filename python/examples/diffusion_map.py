@@ -4,7 +4,8 @@ The roll is a rectangle rolled up in 3-D. A diffusion map (Coifman and Lafon; Da
 section 1.3) keeps the distances measured along the sheet: from the kNN graph it builds a
 sparse Gaussian kernel, normalises away the density of the samples, and takes the leading
 eigenvectors of the resulting Markov matrix as coordinates. The first follows the roll's
-angle, a later one its height: the roll comes out unrolled.
+angle along the sheet, however far apart in 3-D its turns are: beside the height, it lays
+the roll out flat.
 
     python diffusion_map.py [--n 5000] [--k 15] [--backend auto] [--out diffusion_map.png]
 """
@@ -61,25 +62,24 @@ def main():
     print(f"knng.graph: {args.n} points, k={args.k}: {took:.3f} s")
 
     values, coords = diffusion_map(indices, distances)
-    # The roll's length is about four times its height, so several coordinates follow the
-    # angle before one follows the height: show the one that does.
-    across = 1 + int(np.argmax([abs(np.corrcoef(coords[:, j], height)[0, 1]) for j in range(1, coords.shape[1])]))
-    print(f"eigenvalues: {np.round(values, 4)}; coordinate {across + 1} follows the height")
+    print(f"leading eigenvalues of the diffusion operator: {np.round(values, 4)}")
 
     fig = plt.figure(figsize=(15, 5))
     ax = fig.add_subplot(1, 3, 1, projection="3d")
     ax.scatter(X[:, 0], X[:, 1], X[:, 2], c=angle, cmap="viridis", s=4)
     ax.set_title(f"Swiss roll: {args.n} points in 3-D")
     ax.set_xlabel("x")
-    ax.set_ylabel("y")
+    ax.set_ylabel("y (height)")
     ax.set_zlabel("z")
     ax.view_init(elev=12, azim=-70)
 
+    # The roll is rolled up in x and z only: its height y is a coordinate of the flat sheet
+    # already, and the first diffusion coordinate supplies the other one.
     ax = fig.add_subplot(1, 3, 2)
-    points = ax.scatter(coords[:, 0], coords[:, across], c=angle, cmap="viridis", s=4)
-    ax.set_title("Diffusion map: the roll unrolled")
+    points = ax.scatter(coords[:, 0], height, c=angle, cmap="viridis", s=4)
+    ax.set_title("The sheet unrolled by the first diffusion coordinate")
     ax.set_xlabel("diffusion coordinate 1")
-    ax.set_ylabel(f"diffusion coordinate {across + 1}")
+    ax.set_ylabel("height y")
     fig.colorbar(points, ax=ax, label="angle along the roll (radians)")
 
     ax = fig.add_subplot(1, 3, 3)

@@ -93,7 +93,7 @@ def _matrix(x, name):
         if bad.any():
             row, col = np.argwhere(bad)[0]
             raise ValueError(
-                f"{name} has a value {array[row, col]!r} at row {row}, column {col} beyond float32's range"
+                f"{name} has a value {float(array[row, col])!r} at row {row}, column {col} beyond float32's range"
             )
         return converted
     return np.ascontiguousarray(array, dtype=np.float32)
