@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::check;
@@ -21,9 +21,13 @@ fn data(n: usize, d: usize, seed: u64) -> Matrix {
 
 /// An engine whose flag is set by its own progress report once some rows are done: the
 /// interrupt then arrives in the middle of the work, between two tiles or blocks.
-fn engine(options: Options, flag: &Arc<AtomicBool>, mid_run: bool) -> Knn {
-    let setter = flag.clone();
+/// `late`: counts the progress reports made after the flag was set.
+fn engine(options: Options, flag: &Arc<AtomicBool>, mid_run: bool, late: &Arc<AtomicU64>) -> Knn {
+    let (setter, late) = (flag.clone(), late.clone());
     let progress: knng::Progress = Arc::new(move |done, _total| {
+        if setter.load(Ordering::Relaxed) {
+            late.fetch_add(1, Ordering::Relaxed);
+        }
         if mid_run && done > 0 {
             setter.store(true, Ordering::Relaxed);
         }
@@ -53,12 +57,19 @@ fn stops_and_resumes(label: &str, options: Options, n: usize, d: usize, metric: 
     let k = 5;
     for mid_run in [false, true] {
         let flag = Arc::new(AtomicBool::new(!mid_run));
-        let knn = engine(options.clone(), &flag, mid_run);
+        let late = Arc::new(AtomicU64::new(0));
+        let knn = engine(options.clone(), &flag, mid_run, &late);
         let label = format!("[{}] {label}, set {}", knn.description(), if mid_run { "mid-run" } else { "before" });
         match knn.graph(corpus.view(), k, metric) {
             Err(Error::Interrupted) => {}
             other => panic!("{label}: graph gave {:?} instead of Error::Interrupted", other.map(|g| g.queries)),
         }
+        // Set after the first rows were done, the flag stopped the work before the rest: at
+        // most the blocks then in flight on other threads, and a sweep's closing report,
+        // were reported after it.
+        let threads = std::thread::available_parallelism().map_or(1, |t| t.get()) as u64;
+        let late = late.load(Ordering::Relaxed);
+        assert!(late <= threads + 1, "{label}: {late} progress reports after the interrupt");
         flag.store(!mid_run, Ordering::Relaxed);
         match knn.search(corpus.view(), queries.view(), k, metric) {
             Err(Error::Interrupted) => {}
@@ -67,7 +78,7 @@ fn stops_and_resumes(label: &str, options: Options, n: usize, d: usize, metric: 
         assert_eq!(Error::Interrupted.to_string(), "interrupted");
 
         // Cleared (and no longer set by the progress report): exact answers again.
-        let knn = engine(options.clone(), &flag, false);
+        let knn = engine(options.clone(), &flag, false, &Arc::default());
         flag.store(false, Ordering::Relaxed);
         let graph = knn.graph(corpus.view(), k, metric).unwrap_or_else(|e| panic!("{label}: {e}"));
         check(&label, &corpus, &corpus, k, metric, true, &graph);
