@@ -113,7 +113,7 @@ def _metric(metric):
     return metric
 
 
-def graph(X, k, metric="euclidean", *, backend="auto", include_self=False, devices=None,
+def graph(X, k, metric="euclidean", backend="auto", include_self=False, devices=None, *,
           algorithm="auto", adapter=None, select="auto", no_subgroups=False, gpu_memory=None,
           max_memory=None, block_rows=None, checkpoint=None, scratch=None):
     """The exact k-nearest-neighbour graph of the rows of `X`.
@@ -208,7 +208,7 @@ def graph(X, k, metric="euclidean", *, backend="auto", include_self=False, devic
     return _knng.graph(X, _k(k), _metric(metric), settings)
 
 
-def search(corpus, queries, k, metric="euclidean", *, backend="auto", devices=None,
+def search(corpus, queries, k, metric="euclidean", backend="auto", devices=None, *,
            algorithm="auto", adapter=None, select="auto", no_subgroups=False, gpu_memory=None,
            max_memory=None):
     """The exact `k` nearest rows of `corpus` for every row of `queries`.

@@ -114,3 +114,4 @@ def test_estimators_refuse_bad_parameters():
         nn.kneighbors(n_neighbors=10)
     with pytest.raises(ValueError, match="features"):
         nn.kneighbors(np.ones((2, 4)))
+
