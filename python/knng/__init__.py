@@ -18,7 +18,6 @@ Answers are exact: they equal a float64 brute force on the float32 values of the
 
 from ._api import METRICS, graph, info, kneighbors_graph, search
 from ._knng import __version__
-from .neighbors import KNeighborsTransformer, NearestNeighbors
 
 __all__ = [
     "METRICS",
@@ -30,3 +29,16 @@ __all__ = [
     "kneighbors_graph",
     "search",
 ]
+
+
+def __getattr__(name):
+    # The estimators import scikit-learn (a second or so): only when first asked for.
+    if name in ("NearestNeighbors", "KNeighborsTransformer"):
+        from . import neighbors
+
+        return getattr(neighbors, name)
+    raise AttributeError(f"module 'knng' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
