@@ -74,7 +74,10 @@ static IDLE: Mutex<Option<HashMap<Settings, Vec<Engine>>>> = Mutex::new(None);
 
 fn take_idle(settings: &Settings) -> Option<Engine> {
     let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
-    idle.get_or_insert_with(HashMap::new).get_mut(settings).and_then(Vec::pop)
+    let engine = idle.get_or_insert_with(HashMap::new).get_mut(settings).and_then(Vec::pop)?;
+    // A signal that came as its last run ended set the flag after the run had checked it.
+    engine.interrupt.store(false, Ordering::Relaxed);
+    Some(engine)
 }
 
 fn put_idle(settings: Settings, engine: Engine) {
