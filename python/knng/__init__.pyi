@@ -59,6 +59,7 @@ def kneighbors_graph(
     k: int,
     mode: Literal["connectivity", "distance"] = "connectivity",
     metric: Metric = "euclidean",
+    include_self: bool = False,
     **options: Any,
 ) -> sp.csr_matrix: ...
 def info() -> dict[str, Any]: ...

@@ -257,11 +257,11 @@ def search(corpus, queries, k, metric="euclidean", backend="auto", devices=None,
     return _knng.search(corpus, queries, _k(k), _metric(metric), settings)
 
 
-def kneighbors_graph(X, k, mode="connectivity", metric="euclidean", **options):
+def kneighbors_graph(X, k, mode="connectivity", metric="euclidean", include_self=False, **options):
     """The k-nearest-neighbour graph of `X` as a scipy sparse matrix.
 
-    Row i holds the `k` nearest other rows of row i (the row itself is excluded), as
-    :func:`sklearn.neighbors.kneighbors_graph` gives with ``include_self=False``.
+    Row i holds the `k` nearest other rows of row i (the row itself excluded), as
+    :func:`sklearn.neighbors.kneighbors_graph` gives.
 
     Parameters
     ----------
@@ -274,8 +274,11 @@ def kneighbors_graph(X, k, mode="connectivity", metric="euclidean", **options):
         ``inner_product``).
     metric : str, default "euclidean"
         As in :func:`graph`.
+    include_self : bool, default False
+        As in scikit-learn: each row counts as the first of its own `k` neighbours (an
+        explicit 0 under ``mode="distance"``).
     **options
-        Any keyword argument of :func:`graph` but `include_self` (backend, devices, ...).
+        Any other keyword argument of :func:`graph` (backend, devices, ...).
 
     Returns
     -------
@@ -291,9 +294,7 @@ def kneighbors_graph(X, k, mode="connectivity", metric="euclidean", **options):
     """
     if mode not in ("connectivity", "distance"):
         raise ValueError(f'mode must be "connectivity" or "distance", got {mode!r}')
-    if "include_self" in options:
-        raise TypeError("kneighbors_graph excludes each point itself; call graph(include_self=True) for lists with it")
-    indices, distances = graph(X, k, metric, **options)
+    indices, distances = graph(X, k, metric, include_self=include_self, **options)
     return _csr(indices, distances, indices.shape[0], mode)
 
 

@@ -110,6 +110,17 @@ def test_csr_graph_equals_scikit_learn(backend, rng, mode):
     assert abs(diff).max() < 1e-5
 
 
+def test_csr_graph_with_self_equals_scikit_learn(backend, rng):
+    from sklearn.neighbors import kneighbors_graph as sk_graph
+
+    X = rng.standard_normal((150, 6))
+    ours = knng.kneighbors_graph(X, 5, mode="distance", include_self=True, backend=backend)
+    theirs = sk_graph(X, 5, mode="distance", include_self=True)
+    assert ours.nnz == 150 * 5 and (ours.indices.reshape(150, 5)[:, 0] == np.arange(150)).all()
+    assert (ours.toarray() != 0).tolist() == (theirs.toarray() != 0).tolist()
+    assert abs(ours - theirs).max() < 1e-5
+
+
 def test_gpu_backend_runs_on_a_gpu():
     # Fails, rather than skips, where no adapter exists: CI has lavapipe.
     description = knng._knng.engine_description(knng._api._settings("gpu", "auto", None, None, "auto", False, None, None))
