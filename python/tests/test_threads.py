@@ -10,6 +10,21 @@ import pytest
 import knng
 
 
+def long_input(seconds, seed, n=6000):
+    """Data whose brute-force graph takes at least `seconds` on this machine (the rows
+    doubled until it does), so that the tests below see a call in progress whatever the
+    machine's speed."""
+    rng = np.random.default_rng(seed)
+    while True:
+        X = rng.standard_normal((n, 64)).astype(np.float32)
+        started = time.perf_counter()
+        knng.graph(X, 10, backend="cpu", algorithm="brute")
+        took = time.perf_counter() - started
+        if took >= seconds or n >= 400_000:
+            return X, took
+        n *= 2
+
+
 def timed_graph(X, barrier, spans, slot):
     barrier.wait()
     start = time.perf_counter()
@@ -18,8 +33,7 @@ def timed_graph(X, barrier, spans, slot):
 
 
 def test_two_threads_compute_at_once():
-    X = np.random.default_rng(0).standard_normal((24000, 64)).astype(np.float32)
-    knng.graph(X[:100], 3, backend="cpu")  # opens the engine before the clock starts
+    X, _ = long_input(0.3, seed=0)
     spans = [None, None]
     barrier = threading.Barrier(2)
     threads = [threading.Thread(target=timed_graph, args=(X, barrier, spans, i)) for i in range(2)]
@@ -35,7 +49,7 @@ def test_two_threads_compute_at_once():
 
 
 def test_python_runs_while_knng_computes():
-    X = np.random.default_rng(1).standard_normal((24000, 64)).astype(np.float32)
+    X, _ = long_input(0.3, seed=1)
     worker = threading.Thread(target=knng.graph, args=(X, 10), kwargs={"backend": "cpu", "algorithm": "brute"})
     worker.start()
     time.sleep(0.05)
@@ -47,9 +61,9 @@ def test_python_runs_while_knng_computes():
 
 
 def test_keyboard_interrupt_stops_a_long_run():
-    # Brute force over 60000 x 256 takes seconds (3.8 s on 2 cores): Ctrl-C, 0.3 s in, must
-    # end it well before, not only raise once it is over.
-    X = np.random.default_rng(2).standard_normal((60000, 256)).astype(np.float32)
+    # Ctrl-C 0.3 s into a run of seconds must end it well before its time, not only raise
+    # once it is over.
+    X, full = long_input(2.0, seed=2, n=32000)
     timer = threading.Timer(0.3, _thread.interrupt_main)
     started = time.perf_counter()
     timer.start()
@@ -57,7 +71,7 @@ def test_keyboard_interrupt_stops_a_long_run():
         knng.graph(X, 10, backend="cpu", algorithm="brute")
     elapsed = time.perf_counter() - started
     timer.cancel()
-    full = time.perf_counter()
-    knng.graph(X, 10, backend="cpu", algorithm="brute")
-    full = time.perf_counter() - full
     assert elapsed < 0.3 + 0.5 * (full - 0.3), f"interrupted after {elapsed:.2f} s of a {full:.2f} s run"
+    # The engine runs again normally.
+    indices, _ = knng.graph(X[:300], 3, backend="cpu", algorithm="brute")
+    assert indices.shape == (300, 3)
