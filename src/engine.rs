@@ -3,7 +3,7 @@
 
 use crate::cpu::CpuEngine;
 use crate::data::MatrixRef;
-use crate::error::{Error, Result};
+use crate::error::{check_interrupt, Error, Result};
 use crate::gpu::GpuEngine;
 use crate::metric::Metric;
 use crate::plan::ALIGN_ROWS;
@@ -95,8 +95,12 @@ impl Engine {
         let CandidateJob { corpus, queries, queries_are_corpus, exclude, kc, shift, metric, symmetric } = job;
         match self {
             Engine::Cpu(c) => {
+                check_interrupt(&c.interrupt)?;
                 let mut session = c.open(corpus, shift, metric, symmetric);
-                Ok(session.candidates(queries, queries_are_corpus, exclude, kc, report))
+                let cands = session.candidates(queries, queries_are_corpus, exclude, kc, report);
+                // Blocks skipped after an interrupt leave the lists partial.
+                check_interrupt(&c.interrupt)?;
+                Ok(cands)
             }
             Engine::Gpu(g) => retry_smaller(g, || {
                 let mut session = g.open(corpus, shift, metric)?;
@@ -132,7 +136,11 @@ impl Engine {
             both.extend_from_slice(j.as_slice());
             let both = MatrixRef::new(&both, i.rows() + j.rows(), i.cols())?;
             let once = match self {
-                Engine::Cpu(c) => Some(c.open(both, shift, metric, None).two_sided_candidates(i.rows(), kc)),
+                Engine::Cpu(c) => {
+                    let cands = c.open(both, shift, metric, None).two_sided_candidates(i.rows(), kc);
+                    check_interrupt(&c.interrupt)?;
+                    Some(cands)
+                }
                 Engine::Gpu(g) => retry_smaller(g, || g.open(both, shift, metric)?.two_sided_candidates(i.rows(), kc))?,
             };
             if let Some(cands) = once {

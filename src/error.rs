@@ -1,6 +1,8 @@
 //! One error type for the whole crate.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Everything that can go wrong in knng. Messages name the flag, file, row, column or value
 /// at fault so that a user can fix the input without reading the source.
@@ -103,6 +105,9 @@ pub enum Error {
     /// could not be sent, received or read.
     #[error("cluster: {0}")]
     Cluster(String),
+    /// The run was stopped through [`Options::interrupt`](crate::Options::interrupt).
+    #[error("interrupted")]
+    Interrupted,
     /// An operating-system I/O error on a file.
     #[error("{path}: {source}")]
     Io {
@@ -128,5 +133,20 @@ impl Error {
 
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io { path: path.into(), source }
+    }
+}
+
+/// Whether the caller asked a run to stop ([`Options::interrupt`](crate::Options::interrupt)).
+pub(crate) fn interrupted(flag: &Option<Arc<AtomicBool>>) -> bool {
+    flag.as_ref().is_some_and(|f| f.load(Ordering::Relaxed))
+}
+
+/// [`Error::Interrupted`] once the caller asked a run to stop: called between the steps of
+/// long loops (rounds, tiles, blocks), so that a run ends within one step of the request.
+pub(crate) fn check_interrupt(flag: &Option<Arc<AtomicBool>>) -> Result<()> {
+    if interrupted(flag) {
+        Err(Error::Interrupted)
+    } else {
+        Ok(())
     }
 }

@@ -10,7 +10,7 @@ use crate::cluster::Cluster;
 use crate::cpu::CpuEngine;
 use crate::data::{AnswerMemory, FinishedRows, Matrix, MatrixRef, Neighbors};
 use crate::engine::{retry_smaller, Engine};
-use crate::error::{Error, Result};
+use crate::error::{check_interrupt, Error, Result};
 use crate::gpu::{GpuEngine, GpuSettings, GpuTimes, MAX_CERTIFY_KC};
 use crate::lowdim::hybrid;
 use crate::lowdim::kdtree::{self, KdTreeJob};
@@ -239,6 +239,11 @@ pub struct Options {
     /// must reach the paths of large problems on small ones and for tuning; answers are the
     /// same whatever they are set to.
     pub distance_tile_depth: Option<u32>,
+    /// Set to `true` (from any thread, such as a signal handler's) to stop the runs of this
+    /// [`Knn`]: a running search or graph ends with [`Error::Interrupted`] within one round,
+    /// tile or block of its work, and calls made while it is set end the same way. Clear it
+    /// before the next call.
+    pub interrupt: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl std::fmt::Debug for Options {
@@ -267,6 +272,7 @@ impl std::fmt::Debug for Options {
             .field("notice", &self.notice.is_some())
             .field("cluster", &self.cluster.as_ref().map(|c| format!("rank {} of {}", c.rank(), c.size())))
             .field("distance_tile_depth", &self.distance_tile_depth)
+            .field("interrupt", &self.interrupt)
             .finish()
     }
 }
@@ -286,6 +292,7 @@ impl Options {
             max_query_tile: self.max_query_tile,
             symmetric_graphs: self.symmetric_graphs,
             bounded_sweeps: self.bounded_sweeps,
+            interrupt: self.interrupt.clone(),
         }
     }
 }
@@ -406,11 +413,15 @@ impl Knn {
             return Ok(Knn { engine, more_engines: engines, devices_listed, options, last: Default::default() });
         }
         let engine = match options.backend {
-            Backend::Cpu => Engine::Cpu(CpuEngine::new(crate::plan::sorts_tiles(options.select))),
+            Backend::Cpu => {
+                Engine::Cpu(CpuEngine::new(crate::plan::sorts_tiles(options.select)).interruptible(&options.interrupt))
+            }
             Backend::Gpu => Engine::Gpu(Box::new(GpuEngine::new(&options.gpu_settings(), false)?)),
             Backend::Auto => match GpuEngine::new(&options.gpu_settings(), true) {
                 Ok(gpu) => Engine::Gpu(Box::new(gpu)),
-                Err(_) => Engine::Cpu(CpuEngine::new(crate::plan::sorts_tiles(options.select))),
+                Err(_) => Engine::Cpu(
+                    CpuEngine::new(crate::plan::sorts_tiles(options.select)).interruptible(&options.interrupt),
+                ),
             },
         };
         Ok(Knn { engine, more_engines: Vec::new(), devices_listed, options, last: Default::default() })
@@ -932,8 +943,14 @@ impl Knn {
     fn run_low_dim(&self, task: &Task<'_>) -> Result<Neighbors> {
         let (nq, k) = (task.queries.rows(), task.k);
         let (mut indices, mut distances) = task.answers.take(nq * k);
-        let job =
-            KdTreeJob { corpus: task.corpus, queries: task.queries, exclude: &task.exclude, k, metric: task.metric };
+        let job = KdTreeJob {
+            corpus: task.corpus,
+            queries: task.queries,
+            exclude: &task.exclude,
+            k,
+            metric: task.metric,
+            interrupt: self.options.interrupt.clone(),
+        };
         self.answer_low_dim(
             task.algorithm,
             &job,
@@ -965,7 +982,14 @@ impl Knn {
             }
             sink(first, indices, distances)
         };
-        let job = KdTreeJob { corpus: data, queries: data, exclude: &exclude, k, metric };
+        let job = KdTreeJob {
+            corpus: data,
+            queries: data,
+            exclude: &exclude,
+            k,
+            metric,
+            interrupt: self.options.interrupt.clone(),
+        };
         self.answer_low_dim(algorithm, &job, kdtree::Answers::Blocks { rows, sink: &mut hand_over })
     }
 
@@ -1004,9 +1028,13 @@ impl Knn {
         match self.run_on(&self.engine, task) {
             // A problem the GPU cannot hold (a k whose candidate lists exceed its largest
             // buffer) still has an answer: with `auto`, compute it on the CPU.
-            Err(Error::TooLargeForDevice(_)) if self.options.backend == Backend::Auto => {
-                self.run_on(&Engine::Cpu(CpuEngine::new(crate::plan::sorts_tiles(self.options.select))), task)
-            }
+            Err(Error::TooLargeForDevice(_)) if self.options.backend == Backend::Auto => self.run_on(
+                &Engine::Cpu(
+                    CpuEngine::new(crate::plan::sorts_tiles(self.options.select))
+                        .interruptible(&self.options.interrupt),
+                ),
+                task,
+            ),
             other => other,
         }
     }
@@ -1054,6 +1082,7 @@ impl Knn {
         let mut rewritten: Vec<usize> = Vec::new();
         let ranked_to_disk = std::sync::atomic::AtomicUsize::new(0);
         while !pending.is_empty() {
+            check_interrupt(&self.options.interrupt)?;
             stats.rounds += 1;
             if stats.rounds == 2 {
                 stats.rows_widened = pending.len();
@@ -1120,6 +1149,8 @@ impl Knn {
                 }
             };
             stats.candidate_seconds += clock.elapsed().as_secs_f64();
+            // The CPU's threads skip the blocks left after an interrupt: these lists are partial.
+            check_interrupt(&self.options.interrupt)?;
             crate::trace::mark(|| format!("round {}: candidates of {} rows", stats.rounds, pending.len()));
             if cands.exact.is_some() || cands.ranked.is_some() {
                 stats.rows_reranked_on_gpu += pending.len();

@@ -6,14 +6,15 @@
 //! such a sweep computes each pair of row blocks once and offers every key to both rows'
 //! lists (Dashti's symmetric blocks), about half the arithmetic of a plain sweep.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use wide::f32x16;
 
 use rayon::prelude::*;
 
 use crate::data::MatrixRef;
+use crate::error::interrupted;
 use crate::metric::Metric;
 use crate::prepare::prepare_row;
 use crate::refine::{Candidates, NONE};
@@ -37,13 +38,22 @@ const SYMMETRIC_MAX_KC: usize = 256;
 pub(crate) struct CpuEngine {
     /// Rows' candidates are cut by a full sort rather than a selection.
     sorts: bool,
+    /// `Options::interrupt`.
+    pub(crate) interrupt: Option<Arc<AtomicBool>>,
 }
 
 impl CpuEngine {
     /// `sorts`: each row's candidates are cut to its best by sorting them all (the batch
     /// index sort's counterpart on the CPU) rather than by a selection.
     pub fn new(sorts: bool) -> Self {
-        CpuEngine { sorts }
+        CpuEngine { sorts, interrupt: None }
+    }
+
+    /// Blocks of work are skipped once `flag` is set (`Options::interrupt`); the caller then
+    /// discards the partial lists.
+    pub fn interruptible(mut self, flag: &Option<Arc<AtomicBool>>) -> Self {
+        self.interrupt = flag.clone();
+        self
     }
 
     pub fn description(&self) -> String {
@@ -61,7 +71,17 @@ impl CpuEngine {
         symmetric: Option<bool>,
     ) -> CorpusSession<'a> {
         let (prepared, norms) = prepare_all(corpus, shift, metric);
-        CorpusSession { corpus, shift: shift.to_vec(), metric, prepared, norms, symmetric, sorts: self.sorts }
+        let interrupt = self.interrupt.clone();
+        CorpusSession {
+            corpus,
+            shift: shift.to_vec(),
+            metric,
+            prepared,
+            norms,
+            symmetric,
+            sorts: self.sorts,
+            interrupt,
+        }
     }
 }
 
@@ -75,6 +95,8 @@ pub(crate) struct CorpusSession<'a> {
     symmetric: Option<bool>,
     /// Rows' candidates are cut by sorting ([`CpuEngine::new`]).
     sorts: bool,
+    /// [`CpuEngine::interruptible`].
+    interrupt: Option<Arc<AtomicBool>>,
 }
 
 fn prepare_all(m: MatrixRef<'_>, shift: &[f32], metric: Metric) -> (Vec<f32>, Vec<f32>) {
@@ -359,6 +381,9 @@ impl CorpusSession<'_> {
         let block = (nq / (4 * rayon::current_num_threads())).clamp(16, QUERY_BLOCK);
         keys.par_chunks_mut(block * kc).zip(ids.par_chunks_mut(block * kc)).enumerate().for_each(
             |(b, (key_block, id_block))| {
+                if interrupted(&self.interrupt) {
+                    return;
+                }
                 let q0 = b * block;
                 let rows = (nq - q0).min(block);
                 let mut best: Vec<BestKeys> = (0..rows).map(|_| BestKeys::new(kc, self.sorts)).collect();
@@ -441,6 +466,9 @@ impl CorpusSession<'_> {
         pairs.par_iter().for_each_init(
             || vec![0.0f32; SYMMETRIC_BLOCK * SYMMETRIC_BLOCK],
             |dots, &(a, b)| {
+                if interrupted(&self.interrupt) {
+                    return;
+                }
                 let ((r0, rows), (c0, cols)) = (spans[a], spans[b]);
                 dot_block(dots, &prepared[r0 * d..], &prepared[c0 * d..], rows, cols, d);
                 let key_row = |r: usize| KeyRow {

@@ -44,6 +44,8 @@ pub(crate) struct GpuSettings {
     /// Bounded sweeps for graphs with long lists: forced on or off, or `None` for the
     /// planner's choice.
     pub bounded_sweeps: Option<bool>,
+    /// `Options::interrupt`: query tiles stop being queued once it is set.
+    pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 pub(crate) struct GpuEngine {
@@ -76,6 +78,8 @@ pub(crate) struct GpuEngine {
     /// Query rows swept with sparse distance tiles, and those of them whose shortlists
     /// overflowed (`plan::sparse_tiles_pay`).
     pub(super) sparse_rows: [std::sync::atomic::AtomicU64; 2],
+    /// [`GpuSettings::interrupt`].
+    pub(crate) interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl GpuEngine {
@@ -114,6 +118,7 @@ impl GpuEngine {
             max_binding,
             budget,
             sparse_rows: Default::default(),
+            interrupt: settings.interrupt.clone(),
         })
     }
 

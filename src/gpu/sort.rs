@@ -230,6 +230,7 @@ mod tests {
             max_query_tile: None,
             symmetric_graphs: None,
             bounded_sweeps: None,
+            interrupt: None,
         };
         let gpu = GpuEngine::new(&settings, false).unwrap_or_else(|e| panic!("GPU test without a usable adapter: {e}"));
         if !no_subgroups && !gpu.ctx.subgroups {

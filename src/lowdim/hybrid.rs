@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use super::grid::{self, GridPlan, SAMPLE_ROWS};
 use super::kdtree::{self, kth_row_key, nearest, rows_answer, Answers, DistinctPoints, KdTreeJob, Scratch};
 use super::order::slots_in_order;
-use crate::error::Result;
+use crate::error::{check_interrupt, interrupted, Result};
 use crate::gpu::{GpuEngine, GpuGrid, GridAnswers, GRID_MAX_DIMS};
 use crate::refine::{write_row, NONE};
 use kiddo::ImmutableKdTree;
@@ -132,6 +132,8 @@ fn knn_in<const K: usize>(
         let outcome = shared.answer(first, indices, distances, &|rows| {
             report(done.fetch_add(rows, Ordering::Relaxed) + rows);
         })?;
+        // Rows left after an interrupt have no answer.
+        check_interrupt(&job.interrupt)?;
         run.gpu_rows += outcome.gpu_rows;
         run.gpu_proven += outcome.gpu_proven;
         run.grid_rebuilds += outcome.grid_rebuilds;
@@ -246,6 +248,9 @@ impl<const K: usize> Shared<'_, K> {
                     s.spawn(|_| {
                         let mut scratch = Scratch::default();
                         loop {
+                            if interrupted(&self.job.interrupt) {
+                                break;
+                            }
                             let checked = answered.lock().unwrap_or_else(|e| e.into_inner()).pop();
                             if let Some((batch, found, start, plan, generation)) = checked {
                                 let slots = claim(&outs[batch]);
@@ -299,6 +304,9 @@ impl<const K: usize> Shared<'_, K> {
         let mut current = side.current.lock().unwrap_or_else(|e| e.into_inner());
         let mut claimed = first_batch;
         while let Some((from, count)) = claimed.take().or_else(|| take_front(queue, current.grid.query_rows(kc))) {
+            if interrupted(&self.job.interrupt) {
+                break;
+            }
             if self.failed_generation.load(Ordering::Relaxed) == current.generation
                 && current.generation < MOST_REBUILDS
             {
@@ -466,7 +474,14 @@ mod tests {
         let data = MatrixRef::new(&coords, n, 2).unwrap();
         let exclude: Vec<u32> = (0..n as u32).collect();
         let k = 5;
-        let job = KdTreeJob { corpus: data, queries: data, exclude: &exclude, k, metric: Metric::SqEuclidean };
+        let job = KdTreeJob {
+            corpus: data,
+            queries: data,
+            exclude: &exclude,
+            k,
+            metric: Metric::SqEuclidean,
+            interrupt: None,
+        };
         let (mut ids, mut dists) = (vec![0u32; n * k], vec![0f32; n * k]);
         let answers = Answers::Whole { indices: &mut ids, distances: &mut dists };
         let run = knn_in::<2>(&job, &gpu, answers, &|_| {}, 0.4).unwrap();

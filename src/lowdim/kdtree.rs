@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use super::order::{slots_in_order, Curve};
 use crate::data::MatrixRef;
-use crate::error::{Error, Result};
+use crate::error::{check_interrupt, interrupted, Error, Result};
 use crate::metric::{sq_euclidean_f64_to, Metric};
 use crate::partition::RowSink;
 use crate::refine::{write_row, NONE};
@@ -39,6 +39,8 @@ pub(crate) struct KdTreeJob<'a> {
     pub exclude: &'a [u32],
     pub k: usize,
     pub metric: Metric,
+    /// `Options::interrupt`: tasks of rows are skipped once it is set, and the job fails.
+    pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Whether the kd-tree computes `metric` in `d` dimensions.
@@ -162,6 +164,9 @@ fn knn_in<const K: usize>(job: &KdTreeJob<'_>, answers: Answers<'_>, report: &(d
         let order = distinct.query_order(job, first, indices.len() / k);
         let mut slots = slots_in_order(indices, distances, k, &order);
         slots.par_chunks_mut(ROWS_PER_TASK).zip(order.par_chunks(ROWS_PER_TASK)).for_each(|(slots, order)| {
+            if interrupted(&job.interrupt) {
+                return;
+            }
             let mut scratch = Scratch::default();
             for ((ids, dists), &r) in slots.iter_mut().zip(order) {
                 let answer = nearest(job, &distinct, &tree, first + r as usize, &mut scratch);
@@ -178,11 +183,13 @@ fn knn_in<const K: usize>(job: &KdTreeJob<'_>, answers: Answers<'_>, report: &(d
             for first in (0..nq).step_by(rows) {
                 let len = rows.min(nq - first) * k;
                 answer_rows(first, &mut indices[..len], &mut distances[..len]);
+                check_interrupt(&job.interrupt)?;
                 sink(first, &mut indices[..len], &mut distances[..len])?;
             }
         }
     }
-    Ok(())
+    // Rows of tasks skipped after an interrupt have no answer.
+    check_interrupt(&job.interrupt)
 }
 
 /// Buffers a thread reuses from row to row.

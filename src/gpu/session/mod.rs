@@ -25,7 +25,7 @@ use super::engine::GpuEngine;
 use super::kernels::GROUPED_ROWS;
 use super::transfer::Mapping;
 use crate::data::{zeroed_answers, MatrixRef};
-use crate::error::Result;
+use crate::error::{check_interrupt, Result};
 use crate::metric::Metric;
 use crate::plan::{self, CorpusPlan, TilePlan};
 use crate::prepare;
@@ -307,6 +307,7 @@ impl CorpusSession<'_> {
             // any is finished.
             self.reset_rows(&buffers, exclude)?;
             for tile in &query_tiles {
+                check_interrupt(&gpu.interrupt)?;
                 self.sweep(queries, *tile, &[], kc, tiles, &buffers, None)?;
                 // No row is final before the last tile, but the sweep is most of the work
                 // (tile I costs in proportion to its last row): progress counts it as 90%.
@@ -404,6 +405,7 @@ impl CorpusSession<'_> {
                 }
             };
             for (t, &tile) in query_tiles.iter().enumerate() {
+                check_interrupt(&gpu.interrupt)?;
                 let QueryTile { q0, rows, .. } = tile;
                 if !tiles.symmetric {
                     // Queued before the host reads earlier tiles, so that the GPU sweeps this

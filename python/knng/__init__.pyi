@@ -1,0 +1,65 @@
+from os import PathLike
+from typing import Any, Literal, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+from .neighbors import KNeighborsTransformer as KNeighborsTransformer
+from .neighbors import NearestNeighbors as NearestNeighbors
+
+__version__: str
+METRICS: Tuple[str, ...]
+
+Metric = Literal[
+    "euclidean", "l2", "sqeuclidean", "cosine", "correlation", "pearson", "inner_product", "ip"
+]
+BackendName = Literal["auto", "gpu", "cpu"]
+AlgorithmName = Literal["auto", "brute", "kdtree", "hybrid"]
+SelectName = Literal["auto", "quick", "sort"]
+Size = Union[int, str]
+Devices = Union[Sequence[Union[int, str]], int, str]
+Answer = Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]
+
+def graph(
+    X: npt.ArrayLike,
+    k: int,
+    metric: Metric = "euclidean",
+    backend: BackendName = "auto",
+    include_self: bool = False,
+    devices: Optional[Devices] = None,
+    *,
+    algorithm: AlgorithmName = "auto",
+    adapter: Optional[Union[int, str]] = None,
+    select: SelectName = "auto",
+    no_subgroups: bool = False,
+    gpu_memory: Optional[Size] = None,
+    max_memory: Optional[Size] = None,
+    block_rows: Optional[int] = None,
+    checkpoint: Optional[Union[str, PathLike[str]]] = None,
+    scratch: Optional[Union[str, PathLike[str]]] = None,
+) -> Answer: ...
+def search(
+    corpus: npt.ArrayLike,
+    queries: npt.ArrayLike,
+    k: int,
+    metric: Metric = "euclidean",
+    backend: BackendName = "auto",
+    devices: Optional[Devices] = None,
+    *,
+    algorithm: AlgorithmName = "auto",
+    adapter: Optional[Union[int, str]] = None,
+    select: SelectName = "auto",
+    no_subgroups: bool = False,
+    gpu_memory: Optional[Size] = None,
+    max_memory: Optional[Size] = None,
+) -> Answer: ...
+def kneighbors_graph(
+    X: npt.ArrayLike,
+    k: int,
+    mode: Literal["connectivity", "distance"] = "connectivity",
+    metric: Metric = "euclidean",
+    include_self: bool = False,
+    **options: Any,
+) -> sp.csr_matrix: ...
+def info() -> dict[str, Any]: ...
