@@ -278,6 +278,11 @@ impl std::fmt::Debug for Options {
 }
 
 impl Options {
+    /// The CPU engine these options ask for.
+    fn cpu_engine(&self) -> CpuEngine {
+        CpuEngine::new(crate::plan::sorts_tiles(self.select)).interruptible(&self.interrupt)
+    }
+
     /// What a GPU engine reads of these options.
     pub(crate) fn gpu_settings(&self) -> GpuSettings {
         GpuSettings {
@@ -413,15 +418,11 @@ impl Knn {
             return Ok(Knn { engine, more_engines: engines, devices_listed, options, last: Default::default() });
         }
         let engine = match options.backend {
-            Backend::Cpu => {
-                Engine::Cpu(CpuEngine::new(crate::plan::sorts_tiles(options.select)).interruptible(&options.interrupt))
-            }
+            Backend::Cpu => Engine::Cpu(options.cpu_engine()),
             Backend::Gpu => Engine::Gpu(Box::new(GpuEngine::new(&options.gpu_settings(), false)?)),
             Backend::Auto => match GpuEngine::new(&options.gpu_settings(), true) {
                 Ok(gpu) => Engine::Gpu(Box::new(gpu)),
-                Err(_) => Engine::Cpu(
-                    CpuEngine::new(crate::plan::sorts_tiles(options.select)).interruptible(&options.interrupt),
-                ),
+                Err(_) => Engine::Cpu(options.cpu_engine()),
             },
         };
         Ok(Knn { engine, more_engines: Vec::new(), devices_listed, options, last: Default::default() })
@@ -1028,13 +1029,9 @@ impl Knn {
         match self.run_on(&self.engine, task) {
             // A problem the GPU cannot hold (a k whose candidate lists exceed its largest
             // buffer) still has an answer: with `auto`, compute it on the CPU.
-            Err(Error::TooLargeForDevice(_)) if self.options.backend == Backend::Auto => self.run_on(
-                &Engine::Cpu(
-                    CpuEngine::new(crate::plan::sorts_tiles(self.options.select))
-                        .interruptible(&self.options.interrupt),
-                ),
-                task,
-            ),
+            Err(Error::TooLargeForDevice(_)) if self.options.backend == Backend::Auto => {
+                self.run_on(&Engine::Cpu(self.options.cpu_engine()), task)
+            }
             other => other,
         }
     }
