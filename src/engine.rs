@@ -285,8 +285,14 @@ mod tests {
         // A block with a side shorter than kc is two searches.
         assert!(!assert_sides_exact(&cpu, i.slice_rows(0..20), j, 24));
         for no_subgroups in [false, true] {
-            let options =
-                Options { backend: Backend::Gpu, no_subgroups, max_query_tile: Some(64), ..Options::default() };
+            // Two-sided wherever it fits: blocks this small cost less as two searches.
+            let options = Options {
+                backend: Backend::Gpu,
+                no_subgroups,
+                max_query_tile: Some(64),
+                symmetric_graphs: Some(true),
+                ..Options::default()
+            };
             let gpu = GpuEngine::new(&options.gpu_settings(), false)
                 .unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));
             let gpu = Engine::Gpu(Box::new(gpu));

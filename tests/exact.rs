@@ -833,7 +833,8 @@ fn engines_selecting(select: Select, tiles: SortTiles) -> Vec<Knn> {
             max_workgroups_per_dimension: (tiles == SortTiles::Tiny).then_some(3),
             max_column_tile: symmetric.then_some(NARROW_TILE),
             max_query_tile: symmetric.then_some(256),
-            symmetric_graphs: symmetric.then_some(true),
+            // Pairs of 64-row blocks are two-sided only where forced: two searches cost less.
+            symmetric_graphs: (symmetric || tiles == SortTiles::Blocks).then_some(true),
             block_rows: (tiles == SortTiles::Blocks).then_some(64),
             ..Options::default()
         };
