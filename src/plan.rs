@@ -55,8 +55,8 @@ pub(crate) struct TilePlan {
     /// tile after them publishes); fewer under a budget where more would cost a quarter of
     /// the tile.
     pub read_backs: usize,
-    /// A graph in symmetric blocks ([`plan_symmetric`]): every row's running list, bound and
-    /// shortlist stay on the GPU for the whole sweep.
+    /// A graph in symmetric blocks ([`plan_symmetric`]): every row's running list and bound
+    /// stay on the GPU for the whole sweep (shortlists only while their tile is merged).
     pub symmetric: bool,
     /// A graph swept over the upper triangle under bounds from a sample ([`plan_bounded`]):
     /// every row's bound and list (of `shortlist_cap` pairs) stay on the GPU for the whole
