@@ -135,16 +135,23 @@ impl Engine {
             both.extend_from_slice(i.as_slice());
             both.extend_from_slice(j.as_slice());
             let both = MatrixRef::new(&both, i.rows() + j.rows(), i.cols())?;
+            crate::trace::mark(|| format!("pair: {} + {} rows copied", i.rows(), j.rows()));
             let once = match self {
                 Engine::Cpu(c) => {
                     let cands = c.open(both, shift, metric, None).two_sided_candidates(i.rows(), kc);
                     check_interrupt(&c.interrupt)?;
                     Some(cands)
                 }
-                Engine::Gpu(g) => retry_smaller(g, || g.open(both, shift, metric)?.two_sided_candidates(i.rows(), kc))?,
+                Engine::Gpu(g) => retry_smaller(g, || {
+                    let mut session = g.open(both, shift, metric)?;
+                    crate::trace::mark(|| "pair: opened".into());
+                    session.two_sided_candidates(i.rows(), kc)
+                })?,
             };
+            crate::trace::mark(|| "pair: swept".into());
             if let Some(cands) = once {
                 let (of_i, of_j) = split_sides(cands, i.rows());
+                crate::trace::mark(|| "pair: split".into());
                 return Ok(PairCandidates { of_i, of_j, once: true });
             }
         }

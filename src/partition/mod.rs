@@ -593,6 +593,7 @@ fn block_lists(engine: &Engine, task: &GraphTask<'_>, kc: usize, job: Job) -> Re
                 Part::from_candidates(first_i, pair.of_i, first_j).padded(kc),
                 Part::from_candidates(first_j, pair.of_j, first_i).padded(kc),
             ];
+            crate::trace::mark(|| "pair: parts".into());
             Ok((parts, pair.once))
         }
     }
