@@ -65,7 +65,7 @@ pub use cluster::Mpi;
 pub use cluster::{launched_ranks, Cluster};
 pub use data::{FinishedRows, Matrix, MatrixRef, Neighbors};
 pub use error::{Error, Result};
-pub use gpu::{adapters, missing_gpu_hint, AdapterReport, GpuTimes};
+pub use gpu::{adapters, missing_gpu_hint, AdapterReport, BudgetOrigin, GpuTimes};
 pub use memory::{available_host_memory, check_host_memory, host_memory_estimate};
 pub use metric::Metric;
 pub use partition::checkpoint::remove as remove_checkpoint;

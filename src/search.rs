@@ -154,9 +154,11 @@ pub struct Options {
     /// own list, before exact duplicates at the same distance 0. Under
     /// [`Metric::InnerProduct`] a point is ranked by its product like any other row.
     pub include_self: bool,
-    /// GPU memory the engine may allocate, in bytes (default: 4 GiB on discrete GPUs, 1 GiB
-    /// on others; wgpu does not report an adapter's memory). An allocation that fails halves
-    /// it and runs again.
+    /// GPU memory the engine may allocate, in bytes. Default: on a discrete GPU, 7/8 of what
+    /// the device lets the engine allocate when it opens (found by allocating it; engines
+    /// opened on one adapter split it), 1 GiB on other adapters, which share the host's
+    /// memory ([`Knn::gpu_memory_budgets`] says what was chosen). An allocation that fails
+    /// halves it and runs again.
     pub memory_budget: Option<u64>,
     /// Host memory a run may allocate beyond its inputs, in bytes (default: what the machine
     /// has available). A run whose estimate ([`host_memory_estimate`](crate::host_memory_estimate))
@@ -292,6 +294,7 @@ impl Options {
             profile: self.profile,
             distance_tile_depth: self.distance_tile_depth,
             memory_budget: self.memory_budget,
+            engines_on_adapter: 1,
             max_workgroups_per_dimension: self.max_workgroups_per_dimension,
             max_column_tile: self.max_column_tile,
             max_query_tile: self.max_query_tile,
@@ -411,7 +414,10 @@ impl Knn {
                 .iter()
                 .map(|device| {
                     let on_device = Options { adapter: Some(device.clone()), ..options.clone() };
-                    Ok(Engine::Gpu(Box::new(GpuEngine::new(&on_device.gpu_settings(), false)?)))
+                    // Repeats of a device share its memory.
+                    let engines_on_adapter = options.devices.iter().filter(|&other| other == device).count();
+                    let settings = GpuSettings { engines_on_adapter, ..on_device.gpu_settings() };
+                    Ok(Engine::Gpu(Box::new(GpuEngine::new(&settings, false)?)))
                 })
                 .collect::<Result<Vec<_>>>()?;
             let engine = engines.remove(0);
@@ -437,6 +443,19 @@ impl Knn {
             text += &more.description();
         }
         text
+    }
+
+    /// The GPU memory budget of each GPU engine in bytes, and how it was set (the first
+    /// engine first); empty on the CPU backend. An out-of-memory error halves an engine's
+    /// budget for the rest of its life.
+    pub fn gpu_memory_budgets(&self) -> Vec<(u64, crate::gpu::BudgetOrigin)> {
+        self.workers()
+            .into_iter()
+            .filter_map(|engine| match engine {
+                Engine::Gpu(g) => Some(g.memory_budget()),
+                Engine::Cpu(_) => None,
+            })
+            .collect()
     }
 
     /// The engines that share partitioned work.

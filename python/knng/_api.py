@@ -158,8 +158,8 @@ def graph(X, k, metric="euclidean", backend="auto", include_self=False, devices=
     no_subgroups : bool, default False
         Select without subgroup operations even where the adapter has them.
     gpu_memory : int or str, optional
-        GPU memory knng may allocate, in bytes or as a size such as ``"16GiB"`` (default
-        4 GiB on discrete GPUs, 1 GiB on others).
+        GPU memory knng may allocate, in bytes or as a size such as ``"16GiB"`` (default:
+        7/8 of what a discrete GPU lets knng allocate, 1 GiB on other adapters).
     max_memory : int or str, optional
         Host memory the run may allocate beyond its inputs (default: what is available); a
         run estimated to need more raises MemoryError before it allocates anything.

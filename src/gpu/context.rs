@@ -49,6 +49,9 @@ pub(crate) fn discover() -> (wgpu::Instance, Vec<wgpu::Adapter>) {
     let mut last = None;
     for tier in tiers {
         let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        // Buffers past the driver's memory budget are refused with an out-of-memory error,
+        // which the engine handles, instead of being paged (`budget`).
+        desc.memory_budget_thresholds.for_resource_creation = Some(super::budget::REFUSE_AT_PERCENT);
         if let Some(backends) = tier {
             desc.backends = backends;
         }

@@ -1,6 +1,7 @@
 //! The engine: a device, its kernels and memory budget, and the buffers it keeps between
 //! calls.
 
+use super::budget::{self, BudgetOrigin};
 use super::context::{self, Context};
 use super::kernels::Kernels;
 use super::profile::Profiler;
@@ -8,12 +9,6 @@ use super::session::{CorpusBuffers, TileBuffers, TileKey};
 use crate::error::Result;
 use crate::plan::{self, DeviceBudget};
 
-/// Default GPU memory budget: wgpu does not report how much memory an adapter has, so this
-/// is what any adapter of its kind can be expected to hold. Discrete GPUs of the last several
-/// years have 6 GiB or more; integrated and software adapters share the host's memory. An
-/// allocation that fails anyway halves the budget and runs again (`retry_smaller`).
-const DEFAULT_BUDGET: u64 = 1 << 30;
-const DISCRETE_BUDGET: u64 = 4 << 30;
 /// Below this budget an out-of-memory error is final.
 const MIN_RETRY_BUDGET: u64 = 8 << 20;
 
@@ -31,8 +26,10 @@ pub(crate) struct GpuSettings {
     pub profile: bool,
     /// Depth of the distance kernel's workgroup tiles (default `TILE_K`).
     pub distance_tile_depth: Option<u32>,
-    /// Bytes the engine may allocate (default: by the adapter's kind).
+    /// Bytes the engine may allocate (default: `budget::default_budget`).
     pub memory_budget: Option<u64>,
+    /// Engines the process opens on this adapter, which share its memory.
+    pub engines_on_adapter: usize,
     /// Cap on workgroups per dispatch dimension (default: the adapter's limit).
     pub max_workgroups_per_dimension: Option<u32>,
     /// Cap on corpus rows per distance tile.
@@ -75,6 +72,8 @@ pub(crate) struct GpuEngine {
     pub(super) max_binding: u64,
     /// Bytes the engine may allocate; halved after each out-of-memory error.
     pub(super) budget: std::sync::atomic::AtomicU64,
+    /// How the budget was first set.
+    pub(super) budget_origin: BudgetOrigin,
     /// Query rows swept with sparse distance tiles, and those of them whose shortlists
     /// overflowed (`plan::sparse_tiles_pay`).
     pub(super) sparse_rows: [std::sync::atomic::AtomicU64; 2],
@@ -93,9 +92,10 @@ impl GpuEngine {
         let ctx = Context::open(&adapters[chosen], !settings.no_subgroups, settings.profile)?;
         let kernels = Kernels::new(&ctx, settings.distance_tile_depth)?;
         let max_binding = ctx.limits.max_storage_buffer_binding_size.min(ctx.limits.max_buffer_size);
-        let default_budget =
-            if ctx.info.device_type == wgpu::DeviceType::DiscreteGpu { DISCRETE_BUDGET } else { DEFAULT_BUDGET };
-        let budget = settings.memory_budget.unwrap_or(default_budget).into();
+        let (budget, budget_origin) = match settings.memory_budget {
+            Some(bytes) => (bytes, BudgetOrigin::Set),
+            None => budget::default_budget(&adapters[chosen], settings.engines_on_adapter),
+        };
         let profiler = Profiler::new(&ctx)?;
         let mut max_groups = ctx.limits.max_compute_workgroups_per_dimension.max(1);
         if let Some(m) = settings.max_workgroups_per_dimension {
@@ -116,7 +116,8 @@ impl GpuEngine {
             tile_cache: Default::default(),
             corpus_cache: Default::default(),
             max_binding,
-            budget,
+            budget: budget.into(),
+            budget_origin,
             sparse_rows: Default::default(),
             interrupt: settings.interrupt.clone(),
         })
@@ -135,7 +136,13 @@ impl GpuEngine {
         };
         let rerank = if self.kernels.refine.is_some() { ", f64 re-ranking" } else { "" };
         let publish = if self.kernels.publishes() { ", answers published during the GEMM" } else { "" };
-        format!("gpu: {} ({:?}, {select}{rerank}{publish})", i.name, i.backend)
+        let budget = budget::size(self.memory_budget().0);
+        format!("gpu: {} ({:?}, {select}{rerank}{publish}, {budget} budget)", i.name, i.backend)
+    }
+
+    /// The memory budget as it was set, and how.
+    pub fn memory_budget(&self) -> (u64, BudgetOrigin) {
+        (self.budget.load(std::sync::atomic::Ordering::Relaxed), self.budget_origin)
     }
 
     pub(super) fn budget(&self) -> DeviceBudget {

@@ -9,14 +9,16 @@
 //! so that only k answers per row come back; without SHADER_F64 the candidate lists come back
 //! and the host does both (`refine`).
 //!
-//! `engine` holds the engine (device, kernels, memory budget, cached buffers); `kernels` every
-//! kernel with its parameters, bindings and pipelines; `submit` the submission of dispatches;
-//! `profile` kernel times; `transfer` buffers, uploads and read-backs; `session` a prepared
-//! corpus and the candidate search against it; `context` adapter discovery and error capture;
-//! `shaders` the WGSL sources; `sort` the radix sort other kernels' drivers call; `grid` the low-dimensional grid; `bench` the
-//! benchmarks of one kernel alone.
+//! `engine` holds the engine (device, kernels, memory budget, cached buffers); `budget` its
+//! default memory budget; `kernels` every kernel with its parameters, bindings and pipelines;
+//! `submit` the submission of dispatches; `profile` kernel times; `transfer` buffers, uploads
+//! and read-backs; `session` a prepared corpus and the candidate search against it; `context`
+//! adapter discovery and error capture; `shaders` the WGSL sources; `sort` the radix sort
+//! other kernels' drivers call; `grid` the low-dimensional grid; `bench` the benchmarks of one
+//! kernel alone.
 
 mod bench;
+mod budget;
 mod context;
 mod diagnose;
 mod engine;
@@ -29,6 +31,7 @@ mod sort;
 mod submit;
 mod transfer;
 
+pub use budget::BudgetOrigin;
 pub(crate) use context::identical_gpus;
 pub use context::{adapters, AdapterReport};
 pub use diagnose::missing_gpu_hint;

@@ -224,6 +224,7 @@ mod tests {
             profile: false,
             distance_tile_depth: None,
             memory_budget: None,
+            engines_on_adapter: 1,
             // Also the 2-D dispatch path.
             max_workgroups_per_dimension: Some(7),
             max_column_tile: None,

@@ -414,6 +414,23 @@ pub fn info(ranks: &Ranks) -> Outcome {
     Ok(())
 }
 
+/// The memory budget a GPU engine on adapter `index` takes without `--gpu-memory`.
+fn budget_line(index: usize) -> String {
+    let options = knng::Options { backend: knng::Backend::Gpu, adapter: Some(index.to_string()), ..Default::default() };
+    match knng::Knn::new(options).map(|knn| knn.gpu_memory_budgets()) {
+        Ok(budgets) => match budgets.first() {
+            Some(&(bytes, origin)) => {
+                format!(
+                    "  GPU memory budget {:.1} GiB ({origin}); --gpu-memory sets it",
+                    bytes as f64 / (1u64 << 30) as f64
+                )
+            }
+            None => "  GPU memory budget: no GPU engine was opened".into(),
+        },
+        Err(e) => format!("  GPU memory budget unknown: the adapter could not be opened: {e}"),
+    }
+}
+
 /// What `knng info` says of this process: its host (for a rank of a job), the adapters, and
 /// what `--backend auto` chooses.
 fn write_info(out: &mut Vec<u8>, host: Option<String>) -> Outcome {
@@ -436,7 +453,10 @@ fn write_info(out: &mut Vec<u8>, host: Option<String>) -> Outcome {
     }
     let cpu = format!("the CPU backend ({} threads)", rayon::current_num_threads());
     match adapters.iter().find(|a| a.auto_choice) {
-        Some(a) => say(format!("--backend auto uses adapter [{}] {}; --backend cpu uses {cpu}", a.index, a.info.name)),
+        Some(a) => {
+            say(format!("--backend auto uses adapter [{}] {}; --backend cpu uses {cpu}", a.index, a.info.name));
+            say(budget_line(a.index));
+        }
         None => say(format!("--backend auto uses {cpu}: no hardware GPU adapter")),
     }
     if let Some(hint) = knng::missing_gpu_hint(&adapters) {
