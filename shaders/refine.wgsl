@@ -13,7 +13,8 @@
 //   mode 1 (cosine):           1 - x.y / (|x| |y|)
 //   mode 2 (correlation):      1 - (x - mean x).(y - mean y) / (|x - mean x| |y - mean y|)
 //   mode 3 (inner product):    -x.y
-// Padding slots (index NONE) get 0 and are ignored by the host.
+// Padding slots (index NONE) get 0 and are ignored by the host. Candidate ids are corpus rows;
+// the bound chunk holds rows `params.first..params.end`.
 
 struct Params {
     rows: u32,     // query rows
@@ -32,6 +33,12 @@ struct Params {
     group: u32,
     // The tile's first query row in `query_norms` (cosine).
     norm_base: u32,
+    // The corpus rows `first..end` are those of the bound `corpus` chunk (row `first` at its
+    // start): a corpus larger than one binding is bound a chunk per dispatch, and each
+    // dispatch computes the keys of the candidates in its chunk only. Padding slots get 0 from
+    // every dispatch.
+    first: u32,
+    end: u32,
 }
 
 const WG: u32 = 64u;
@@ -95,7 +102,7 @@ fn group_sum_one(v: f64, lid: u32, width: u32) -> f64 {
 // group's total. Correlation first sums both rows for their means, then the centred sums.
 fn group_key(q: u32, id: u32, lid: u32, lane: u32, width: u32, live: bool) -> f64 {
     let qb = row_start(q);
-    let cb = row_start(id);
+    let cb = row_start(id - params.first);
     if (params.mode != 2u) {
         // One sum: (x - y)^2, or x.y for inner products and cosine (whose norms the host
         // computed: with x.x and y.y summed here too, cosine keys took markedly longer than
@@ -167,6 +174,9 @@ fn exact_keys_wide(
         }
         return;
     }
+    if (!in_chunk(id)) {
+        return;
+    }
     if (params.mutual == 1u && copied(params.row_base + t / params.kc, id)) {
         return;
     }
@@ -174,6 +184,11 @@ fn exact_keys_wide(
     if (lid == 0u) {
         keys[g] = key;
     }
+}
+
+// Whether corpus row `id` is in the bound chunk.
+fn in_chunk(id: u32) -> bool {
+    return id >= params.first && id < params.end;
 }
 
 // The slot of corpus row `id` in row `row`'s list (sorted by index), or NONE.
@@ -238,9 +253,9 @@ fn exact_keys_grouped(
     if (t < params.rows * params.kc) {
         id = candidates[t].y;
     }
-    let live = id != NONE;
+    let live = id != NONE && in_chunk(id);
     let key = group_key(t / params.kc, id, lid, lid % group, group, live);
-    if (lid % group == 0u && t < params.rows * params.kc) {
+    if (lid % group == 0u && t < params.rows * params.kc && (live || id == NONE)) {
         keys[t] = select(0.0lf, key, live);
     }
 }

@@ -61,8 +61,11 @@ fn exact_keys(@builtin(global_invocation_id) gid: vec3<u32>) {
         keys[t] = 0.0lf;
         return;
     }
+    if (!in_chunk(id)) {
+        return;
+    }
     let qb = row_start(t / params.kc);
-    let cb = row_start(id);
+    let cb = row_start(id - params.first);
     if (params.mode == 0u || params.mode == 3u) {
         let one = single_sum(qb, cb, 0u, 1u);
         keys[t] = select(-one, one, params.mode == 0u);

@@ -182,6 +182,9 @@ pub struct Options {
     /// Cap on query rows per GPU query tile (default: what the memory budget allows). Lower
     /// values cut small graphs into several tiles, so that tests reach symmetric blocks.
     pub max_query_tile: Option<usize>,
+    /// Cap on the bytes of one GPU storage binding (default: the adapter's limit). Lower values
+    /// cut small corpora into several resident chunks, so that tests reach what large ones do.
+    pub max_binding: Option<u64>,
     /// Whether graphs are swept in symmetric blocks (each distance computed once for both
     /// rows): `None` lets the backend decide (on the GPU, where memory allows and k is small
     /// relative to n and d; on the CPU, for lists of up to 256 candidates with at least two
@@ -263,6 +266,7 @@ impl std::fmt::Debug for Options {
             .field("profile", &self.profile)
             .field("max_workgroups_per_dimension", &self.max_workgroups_per_dimension)
             .field("max_column_tile", &self.max_column_tile)
+            .field("max_binding", &self.max_binding)
             .field("max_query_tile", &self.max_query_tile)
             .field("symmetric_graphs", &self.symmetric_graphs)
             .field("bounded_sweeps", &self.bounded_sweeps)
@@ -297,6 +301,7 @@ impl Options {
             engines_on_adapter: 1,
             max_workgroups_per_dimension: self.max_workgroups_per_dimension,
             max_column_tile: self.max_column_tile,
+            max_binding: self.max_binding,
             max_query_tile: self.max_query_tile,
             symmetric_graphs: self.symmetric_graphs,
             bounded_sweeps: self.bounded_sweeps,

@@ -8,8 +8,8 @@
 mod common;
 
 use common::{
-    bounded_cases, cases, check, large_corpus_cases, larger_cases, long_list_cases, lowdim_cases, published_cases,
-    same_shape_cases, sparse_cases, symmetric_cases, Case,
+    bounded_cases, cases, check, chunked_corpus_cases, large_corpus_cases, larger_cases, long_list_cases, lowdim_cases,
+    published_cases, same_shape_cases, sparse_cases, symmetric_cases, Case, CHUNKED_BINDING,
 };
 use knng::{Algorithm, Backend, Knn, Metric, Options, Select};
 use rand::{Rng, SeedableRng};
@@ -42,8 +42,8 @@ fn run_cases(knn: &Knn, cases: Vec<Case>, default_budget: bool, shortlists: bool
         }
         let stats = knn.last_run();
         eprintln!("{label}: {stats:?}");
-        // Adapters with f64 re-rank on the GPU whenever the corpus fits in one binding, as
-        // every case of the default-budget tables does.
+        // Adapters with f64 re-rank on the GPU whenever the corpus is resident, as every
+        // case of the default-budget tables is.
         if default_budget && knn.description().contains("f64 re-ranking") {
             assert!(stats.rows_reranked_on_gpu > 0, "{label}: the GPU re-ranking did not run");
             assert!(stats.rows_certified_on_gpu > 0, "{label}: the GPU certificate did not run");
@@ -331,6 +331,26 @@ fn run_on_every_backend(cases: fn() -> Vec<Case>) {
         run_cases(&knn, cases(), true, false);
     }
     run_cases(&gpu(true, None).expect("the workgroup select runs on every adapter"), cases(), true, false);
+}
+
+/// Corpora resident in several chunks, each with its original rows beside it: the float64
+/// re-ranking runs chunk by chunk on the GPU (`run_cases` asserts that it ran).
+#[test]
+fn corpora_resident_in_chunks_match_float64_oracle() {
+    let cpu = Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Brute, ..Options::default() }).unwrap();
+    run_cases(&cpu, chunked_corpus_cases(), true, false);
+    for no_subgroups in [false, true] {
+        let options = Options {
+            backend: Backend::Gpu,
+            adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+            no_subgroups,
+            max_binding: Some(CHUNKED_BINDING),
+            ..Options::default()
+        };
+        if let Some(knn) = gpu_engine(options) {
+            run_cases(&knn, chunked_corpus_cases(), true, false);
+        }
+    }
 }
 
 /// Lists longer than one run of the GPU ranking, at the default budget (so that the GPU ranks

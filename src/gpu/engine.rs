@@ -34,6 +34,8 @@ pub(crate) struct GpuSettings {
     pub max_workgroups_per_dimension: Option<u32>,
     /// Cap on corpus rows per distance tile.
     pub max_column_tile: Option<usize>,
+    /// Cap on the bytes of a storage binding (default: the adapter's limit).
+    pub max_binding: Option<u64>,
     /// Cap on query rows per query tile.
     pub max_query_tile: Option<usize>,
     /// Symmetric blocks for graphs: forced on or off, or `None` for the planner's choice.
@@ -91,7 +93,11 @@ impl GpuEngine {
         )?;
         let ctx = Context::open(&adapters[chosen], !settings.no_subgroups, settings.profile)?;
         let kernels = Kernels::new(&ctx, settings.distance_tile_depth)?;
-        let max_binding = ctx.limits.max_storage_buffer_binding_size.min(ctx.limits.max_buffer_size);
+        let max_binding = ctx
+            .limits
+            .max_storage_buffer_binding_size
+            .min(ctx.limits.max_buffer_size)
+            .min(settings.max_binding.unwrap_or(u64::MAX));
         let (budget, budget_origin) = match settings.memory_budget {
             Some(bytes) => (bytes, BudgetOrigin::Set),
             None => budget::default_budget(&adapters[chosen], settings.engines_on_adapter),

@@ -228,6 +228,7 @@ mod tests {
             // Also the 2-D dispatch path.
             max_workgroups_per_dimension: Some(7),
             max_column_tile: None,
+            max_binding: None,
             max_query_tile: None,
             symmetric_graphs: None,
             bounded_sweeps: None,

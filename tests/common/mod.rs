@@ -605,6 +605,60 @@ pub fn large_corpus_cases() -> Vec<Case> {
     ]
 }
 
+/// Corpora larger than [`CHUNKED_BINDING`], so that a GPU engine whose bindings are capped to
+/// it keeps them resident in several chunks (original rows beside each for the float64
+/// re-ranking): searches and graphs, every metric family, rows short and wide.
+pub fn chunked_corpus_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(17);
+    vec![
+        Case {
+            name: "euclidean: search 7 queries in a 20000 x 32 corpus of 11 chunks".into(),
+            corpus: random(&mut rng, 20_000, 32, 0.5),
+            queries: Some(random(&mut rng, 7, 32, 0.5)),
+            k: 9,
+            metric: Metric::Euclidean,
+        },
+        Case {
+            name: "sqeuclidean: graph of a 4000 x 24 lattice in chunks, k=10".into(),
+            corpus: lattice(&mut rng, 4000, 24, 3, 0.0),
+            queries: None,
+            k: 10,
+            metric: Metric::SqEuclidean,
+        },
+        Case {
+            name: "cosine: graph of 3000 x 40 in chunks, k=6".into(),
+            corpus: random(&mut rng, 3000, 40, 0.3),
+            queries: None,
+            k: 6,
+            metric: Metric::Cosine,
+        },
+        Case {
+            name: "correlation: search 9 lattice queries in a 9000 x 6 lattice in chunks, k=12".into(),
+            corpus: lattice(&mut rng, 9000, 6, 3, 0.0),
+            queries: Some(lattice(&mut rng, 9, 6, 3, 0.0)),
+            k: 12,
+            metric: Metric::Correlation,
+        },
+        Case {
+            name: "inner product: search 5 queries in 1500 x 300 rows in chunks, k=7".into(),
+            corpus: random(&mut rng, 1500, 300, 0.0),
+            queries: Some(random(&mut rng, 5, 300, 0.0)),
+            k: 7,
+            metric: Metric::InnerProduct,
+        },
+        Case {
+            name: "euclidean: search 4 queries in 1200 x 258 rows in chunks, k=5".into(),
+            corpus: random(&mut rng, 1200, 258, 0.0),
+            queries: Some(random(&mut rng, 4, 258, 0.0)),
+            k: 5,
+            metric: Metric::Euclidean,
+        },
+    ]
+}
+
+/// The binding cap of [`chunked_corpus_cases`].
+pub const CHUNKED_BINDING: u64 = 256 << 10;
+
 /// `n` points on a line, for a query at the origin: at every (n / 64)-th row, where the GPU
 /// select takes its pivot samples in a distance tile of n columns, the points 1, 2, ..., 64;
 /// 512 more between 16.5 and 31.5; all others far away. For k = 300 (375 candidates) the

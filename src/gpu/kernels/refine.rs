@@ -72,6 +72,9 @@ pub(in crate::gpu) struct RefineParams {
     pub(in crate::gpu) group: u32,
     /// The tile's first query row in the query rows' float64 norms (cosine).
     pub(in crate::gpu) norm_base: u32,
+    /// The corpus rows of the bound chunk of original rows, `first..end`.
+    pub(in crate::gpu) first: u32,
+    pub(in crate::gpu) end: u32,
 }
 
 /// refine.wgsl's `mode` for the metric.

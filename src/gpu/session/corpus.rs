@@ -27,15 +27,27 @@ impl GpuEngine {
         let plan = plan::plan_corpus(rows, cols, self.budget())?;
         if plan.resident {
             let mut buffers = self.corpus_buffers(rows, cols, plan)?;
-            if let Some(raw) = &buffers.raw {
-                // Block by block, so that a mapped input is not all resident at once.
+            if !buffers.raw.is_empty() {
+                // Block by block, so that a mapped input is not all resident at once; a block
+                // may straddle two chunks.
                 let row_bytes = (cols * 4) as u64;
-                corpus
-                    .in_blocks(|first, block| {
-                        self.write_at(raw, first as u64 * row_bytes, "corpus", bytemuck::cast_slice(block.as_slice()))
-                    })
-                    .into_iter()
-                    .collect::<Result<()>>()?;
+                let write = |first: usize, block: MatrixRef<'_>| -> Result<()> {
+                    let mut row = first;
+                    while row < first + block.rows() {
+                        let (chunk, at) = (row / plan.chunk_rows, row % plan.chunk_rows);
+                        let end = (first + block.rows()).min((chunk + 1) * plan.chunk_rows);
+                        let part = &block.as_slice()[(row - first) * cols..(end - first) * cols];
+                        self.write_at(
+                            &buffers.raw[chunk],
+                            at as u64 * row_bytes,
+                            "corpus",
+                            bytemuck::cast_slice(part),
+                        )?;
+                        row = end;
+                    }
+                    Ok(())
+                };
+                corpus.in_blocks(write).into_iter().collect::<Result<()>>()?;
                 buffers.staged = Some(Staged::of(corpus, caller));
             }
             *self.corpus_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(buffers);
@@ -63,21 +75,22 @@ impl GpuEngine {
             return Ok(buffers);
         }
         let keep_raw = self.keeps_raw_rows(rows, cols, plan);
-        let prepared = (0..rows)
-            .step_by(plan.chunk_rows)
-            .map(|first| self.prepared_rows(first, plan.chunk_rows.min(rows - first), cols))
-            .collect::<Result<_>>()?;
-        let raw = keep_raw.then(|| self.raw_rows(rows, cols)).transpose()?;
+        let chunks = || (0..rows).step_by(plan.chunk_rows).map(|first| (first, plan.chunk_rows.min(rows - first)));
+        let prepared = chunks().map(|(first, n)| self.prepared_rows(first, n, cols)).collect::<Result<_>>()?;
+        let raw = match keep_raw {
+            true => chunks().map(|(_, n)| self.raw_rows(n, cols)).collect::<Result<_>>()?,
+            false => Vec::new(),
+        };
         Ok(CorpusBuffers { shape: (rows, cols), plan, prepared, raw, staged: None })
     }
 
-    /// Exact re-ranking on the GPU needs the original rows in one binding, beside the
-    /// prepared ones, within the budget.
+    /// Exact re-ranking on the GPU needs the original rows beside the prepared ones, within
+    /// the budget: a chunk of them beside each chunk of prepared rows (which are longer, so
+    /// that a binding holds it).
     fn keeps_raw_rows(&self, rows: usize, cols: usize, plan: CorpusPlan) -> bool {
         let raw_bytes = (rows * cols * 4) as u64;
         self.kernels.refine.is_some()
-            && plan.chunk_rows >= rows
-            && raw_bytes <= self.max_binding
+            && plan.resident
             && raw_bytes + rows as u64 * plan::prepared_row_bytes(cols) <= self.budget().budget / 2
     }
 
@@ -149,7 +162,7 @@ impl GpuEngine {
             self.corpus_buffers(rows, cols, plan)?
         } else {
             *self.corpus_cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
-            CorpusBuffers { shape: (rows, cols), plan, prepared: Vec::new(), raw: None, staged: None }
+            CorpusBuffers { shape: (rows, cols), plan, prepared: Vec::new(), raw: Vec::new(), staged: None }
         };
         let raw_written = buffers.staged.is_some_and(|s| s == Staged::of(corpus, std::thread::current().id()));
         let shift_buf = self.upload("shift", bytemuck::cast_slice(shift))?;
@@ -163,8 +176,8 @@ impl GpuEngine {
             raw_corpus: buffers.raw,
             exact_norms: None,
         };
-        for chunk in buffers.prepared {
-            session.prepare_chunk(&chunk, session.raw_corpus.as_ref(), raw_written)?;
+        for (i, chunk) in buffers.prepared.into_iter().enumerate() {
+            session.prepare_chunk(&chunk, session.raw_corpus.get(i), raw_written)?;
             session.resident.push(chunk);
         }
         Ok(session)
@@ -179,7 +192,7 @@ impl Drop for CorpusSession<'_> {
                 shape: (self.corpus.rows(), self.corpus.cols()),
                 plan: self.plan,
                 prepared: std::mem::take(&mut self.resident),
-                raw: self.raw_corpus.take(),
+                raw: std::mem::take(&mut self.raw_corpus),
                 staged: None,
             };
             *self.gpu.corpus_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(buffers);
@@ -201,8 +214,8 @@ pub(in crate::gpu) struct CorpusBuffers {
     plan: CorpusPlan,
     /// Each chunk's prepared rows.
     prepared: Vec<PreparedRows>,
-    /// The original rows, where exact keys are computed on the GPU.
-    raw: Option<wgpu::Buffer>,
+    /// The original rows of each chunk, where exact keys are computed on the GPU.
+    raw: Vec<wgpu::Buffer>,
     /// Whose rows `raw` holds, when written by [`GpuEngine::stage`] for the next `open`.
     staged: Option<Staged>,
 }

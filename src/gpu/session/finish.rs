@@ -76,17 +76,27 @@ impl CorpusSession<'_> {
         let base = if symmetric || bounded { q0 } else { 0 } as u64;
         let lists_at = base * kc as u64 * 8;
         let mutual = b.shared_keys;
-        if let (Some((keys, _)), Some(raw_corpus), Some(refine)) = (&b.exact, &self.raw_corpus, &gpu.kernels.refine) {
+        if let (Some((keys, _)), Some(first_raw), Some(refine)) =
+            (&b.exact, self.raw_corpus.first(), &gpu.kernels.refine)
+        {
             let mut encoder = device.create_command_encoder(&Default::default());
+            // Each chunk of original rows beside its chunk of prepared rows.
+            let raw_chunks: Vec<(&wgpu::Buffer, usize, usize)> =
+                self.raw_corpus.iter().zip(&self.resident).map(|(raw, c)| (raw, c.first, c.first + c.rows)).collect();
             if from_corpus {
                 let raw_row = (d * 4) as u64;
-                encoder.copy_buffer_to_buffer(
-                    raw_corpus,
-                    q0 as u64 * raw_row,
-                    &b.raw_queries,
-                    0,
-                    rows as u64 * raw_row,
-                );
+                for &(raw, first, end) in &raw_chunks {
+                    let (lo, hi) = (q0.max(first), (q0 + rows).min(end));
+                    if lo < hi {
+                        encoder.copy_buffer_to_buffer(
+                            raw,
+                            (lo - first) as u64 * raw_row,
+                            &b.raw_queries,
+                            (lo - q0) as u64 * raw_row,
+                            (hi - lo) as u64 * raw_row,
+                        );
+                    }
+                }
             }
             let (step, groups, group) = exact_keys_dispatch(d, rows, kc);
             let (gx, gy) = grid(groups, gpu.max_groups);
@@ -101,36 +111,46 @@ impl CorpusSession<'_> {
                 mutual: mutual as u32,
                 group: group as u32,
                 norm_base: q0 as u32,
+                first: 0,
+                end: self.corpus.rows() as u32,
             };
-            let offset = params.push(refine_params);
             // Metrics other than cosine read no norms: the corpus rows stand in for them.
             let (query_norms, corpus_norms) = match &self.exact_norms {
                 Some((corpus_norms, query_norms)) => (query_norms, corpus_norms),
-                None => (raw_corpus, raw_corpus),
+                None => (first_raw, first_raw),
             };
             // Shared keys read other rows' lists and keys: every row's are bound.
-            let bind = bind_group_at(
-                device,
-                &refine.narrow.layout,
-                &b.uniform,
-                &[
-                    (&b.raw_queries, 0),
-                    (raw_corpus, 0),
-                    (&b.candidates, if mutual { 0 } else { lists_at }),
-                    (keys, 0),
-                    (query_norms, 0),
-                    (corpus_norms, 0),
-                ],
-            );
-            let mut jobs = vec![Job { step, offset, groups: (gx, gy), bind: &bind }];
+            let binds: Vec<(wgpu::BindGroup, u32)> = raw_chunks
+                .iter()
+                .map(|&(raw, first, end)| {
+                    let bind = bind_group_at(
+                        device,
+                        &refine.narrow.layout,
+                        &b.uniform,
+                        &[
+                            (&b.raw_queries, 0),
+                            (raw, 0),
+                            (&b.candidates, if mutual { 0 } else { lists_at }),
+                            (keys, 0),
+                            (query_norms, 0),
+                            (corpus_norms, 0),
+                        ],
+                    );
+                    (bind, params.push(RefineParams { first: first as u32, end: end as u32, ..refine_params }))
+                })
+                .collect();
+            let mut jobs: Vec<Job<'_>> =
+                binds.iter().map(|(bind, offset)| Job { step, offset: *offset, groups: (gx, gy), bind }).collect();
+            let bind = &binds[0].0;
             if mutual {
+                debug_assert_eq!(raw_chunks.len(), 1, "shared keys are those of a symmetric sweep: one chunk");
                 debug_assert!(
                     matches!(step, Step::RefineWide | Step::RefineWide4),
                     "shared keys need the wide kernels"
                 );
                 let (cx, cy) = grid((rows * kc).div_ceil(64), gpu.max_groups);
                 let copy_offset = params.push(RefineParams { groups_x: cx, ..refine_params });
-                jobs.push(Job { step: Step::CopyMutualKeys, offset: copy_offset, groups: (cx, cy), bind: &bind });
+                jobs.push(Job { step: Step::CopyMutualKeys, offset: copy_offset, groups: (cx, cy), bind });
             }
             let keys_at = if mutual { base * kc as u64 * 8 } else { 0 };
             let certify_bind;

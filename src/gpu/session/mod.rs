@@ -48,8 +48,9 @@ pub(crate) struct CorpusSession<'a> {
     plan: CorpusPlan,
     shift: wgpu::Buffer,
     resident: Vec<PreparedRows>,
-    /// The original corpus rows, for exact re-ranking on the GPU.
-    raw_corpus: Option<wgpu::Buffer>,
+    /// The original corpus rows of each chunk of `resident`, for exact re-ranking on the GPU;
+    /// empty where the host re-ranks.
+    raw_corpus: Vec<wgpu::Buffer>,
     /// Cosine keys re-ranked on the GPU: the float64 norms of the corpus rows and of the
     /// current round's query rows (the same buffer when those are the corpus rows).
     exact_norms: Option<(wgpu::Buffer, wgpu::Buffer)>,
@@ -160,7 +161,7 @@ impl CorpusSession<'_> {
         // A graph's queries are the resident corpus rows: copied on the GPU, not uploaded and
         // prepared again; and where all rows' state fits, swept in symmetric blocks.
         let from_corpus = self.plan.resident && queries_are_corpus;
-        let gpu_exact = self.raw_corpus.is_some();
+        let gpu_exact = !self.raw_corpus.is_empty();
         // Ranking on the GPU needs its exact keys.
         let certify = certify.filter(|_| gpu_exact && gpu.kernels.certify.is_some());
         // Sparse distance tiles, where the plan takes them, while they pay on this data.
