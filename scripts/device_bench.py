@@ -10,7 +10,7 @@ libxau6 libxdmcp6 libbsd0 libmd0 (`apt-get download` with an amd64 package list,
 for libvulkan1).
 
     python3 scripts/device_bench.py            # the main table
-    python3 scripts/device_bench.py --large    # also n = 2^20 (about a minute more)
+    python3 scripts/device_bench.py --large    # also n = 2^20 and the 10^6-10^7-row searches (minutes more)
     python3 scripts/device_bench.py --scaling  # also the n and k scaling curves
     python3 scripts/device_bench.py --only-scaling
 
@@ -39,7 +39,7 @@ def setup():
         os.environ["VK_DRIVER_FILES"] = icd
 
 
-def knng(n, d, k, extra=(), profile=False):
+def knng(n, d, k, extra=(), profile=False, queries=None):
     # Best of three runs of one engine, each writing into the answer arrays of the run before
     # (`Knn::graph_into`): torch_knn.py also warms up before timing, and its caching allocator
     # then holds the memory its answers are written into, as knng's kept buffers and arrays do.
@@ -47,7 +47,8 @@ def knng(n, d, k, extra=(), profile=False):
     # --profile, which waits for every submission to read its timestamps; the phases come from
     # a second, profiled run.
     runs = ["--repeat", "1", "--profile"] if profile else ["--repeat", "3"]
-    cmd = [KNNG, "bench", "--backend", "gpu", "--n", str(n), "--d", str(d), "-k", str(k), *runs,
+    search = ["--what", "search", "--queries", str(queries)] if queries else []
+    cmd = [KNNG, "bench", "--backend", "gpu", "--n", str(n), "--d", str(d), "-k", str(k), *search, *runs,
            "--json", "-q", *extra]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
@@ -75,6 +76,20 @@ def graph_case(n, d, k, extra=()):
     return r
 
 
+def search_case(n, d, queries, k):
+    """knng's search against torch's tiled GEMM + topk, and the GEMM alone (the limit line)."""
+    line, peer_ms = torch("search", "--n", n, "--d", d, "--queries", queries, "--k", k)
+    gemm_ms = float(re.search(r"gemm alone ([0-9.]+) ms", line).group(1))
+    r = knng(n, d, k, queries=queries)
+    ms = r["seconds"] * 1e3
+    g = knng(n, d, k, profile=True, queries=queries).get("gpu") or {}
+    phases = " ".join(f"{name[:-2]}={v * 1e3:.0f}ms" for name, v in g.items())
+    print(f"search n={n} d={d} queries={queries} k={k}: knng {ms:.1f} ms (first run {r['first_s'] * 1e3:.1f}), "
+          f"torch {peer_ms:.1f} ms, ratio {ms / peer_ms:.2f}, cuBLAS GEMM alone {gemm_ms:.1f} ms "
+          f"({ms / gemm_ms:.2f}x) | host: prepare {r['prepare_s'] * 1e3:.0f}ms refine {r['refine_s'] * 1e3:.0f}ms "
+          f"| {phases}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--large", action="store_true")
@@ -89,7 +104,10 @@ def main():
 
     graph_case(262144, 128, 10)
     if a.large:
-        graph_case(1048576, 96, 16, ["--gpu-memory", "16384"])
+        graph_case(1048576, 96, 16)
+        search_case(1000000, 128, 10000, 100)
+        search_case(1000000, 960, 10000, 100)
+        search_case(10000000, 96, 10000, 100)
     graph_case(65536, 128, 1000)
     graph_case(16384, 4096, 512)
 
