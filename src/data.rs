@@ -250,6 +250,21 @@ pub(crate) fn zeroed_answers<T: bytemuck::Zeroable>(len: usize) -> Vec<T> {
     answers
 }
 
+/// `len` zeros in memory fresh from the system, untouched (its pages are faulted in by
+/// whoever writes them first, on any thread), or `None` where the system has not that much.
+pub(crate) fn try_zeroed<T: bytemuck::Zeroable>(len: usize) -> Option<Vec<T>> {
+    let layout = std::alloc::Layout::array::<T>(len).ok()?;
+    if layout.size() == 0 {
+        return Some(bytemuck::zeroed_vec(len));
+    }
+    // SAFETY: a layout of non-zero size; all-zero bytes are a valid `T` (`Zeroable`); the
+    // vector takes the allocation with the layout it was made with (capacity `len` of `T`).
+    unsafe {
+        let memory = std::alloc::alloc_zeroed(layout).cast::<T>();
+        (!memory.is_null()).then(|| Vec::from_raw_parts(memory, len, len))
+    }
+}
+
 #[cfg(target_os = "linux")]
 fn advise_huge_pages<T>(memory: &[T]) {
     const HUGE_PAGE: usize = 2 << 20;

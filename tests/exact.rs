@@ -287,9 +287,11 @@ fn gpu_workgroup_select_small_tiles_matches_float64_oracle() {
 
 /// The table without its 520-row graphs of 260 values, which test how the exact keys of
 /// long rows are grouped (the same at any budget, and run at the default one) and which in
-/// tiles of a few rows take most of the table's time on a software adapter.
+/// tiles of a few rows take most of the table's time on a software adapter, and without its
+/// rows of 3000 and 4096 values, of which a tiny budget does not hold one.
 fn small_tile_cases() -> Vec<Case> {
-    cases().into_iter().filter(|c| !c.name.contains("520 x 260")).collect()
+    let fits = |c: &Case| !c.name.contains("520 x 260") && c.corpus.cols() < 3000;
+    cases().into_iter().filter(fits).collect()
 }
 
 /// Budget that cuts the larger cases into several chunks and query tiles, and distance

@@ -174,6 +174,27 @@ mod tests {
         assert!(msg.contains("vector 1 at byte offset 16 has dimension 1, but vector 0 has 3"), "{msg}");
     }
 
+    /// Rows converted by several tasks: every value in place, and of two bad dimensions in
+    /// different tasks' rows, the first is named.
+    #[test]
+    fn rows_converted_in_parallel_keep_their_order_and_first_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("many.fvecs");
+        let rows: Vec<Vec<f32>> = (0..9000).map(|i| vec![i as f32, -(i as f32), 0.5]).collect();
+        let refs: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
+        let mut bytes = fvecs(&refs);
+        std::fs::write(&p, &bytes).unwrap();
+        let m = read_matrix(p.to_str().unwrap()).unwrap();
+        assert_eq!(m.as_slice(), rows.concat().as_slice());
+        // Rows 8000 and 2500: whole records, so that only the conversion finds them.
+        for bad in [8000usize, 2500] {
+            bytes[bad * 16..bad * 16 + 4].copy_from_slice(&7i32.to_le_bytes());
+        }
+        std::fs::write(&p, &bytes).unwrap();
+        let msg = message(read_matrix(p.to_str().unwrap()).unwrap_err());
+        assert!(msg.contains("vector 2500 at byte offset 40000 has dimension 7"), "{msg}");
+    }
+
     #[test]
     fn truncated_file_names_sizes() {
         let dir = tempfile::tempdir().unwrap();

@@ -257,6 +257,30 @@ pub fn cases() -> Vec<Case> {
         3,
         Metric::InnerProduct,
     );
+    // The widths of embeddings and GIST-like descriptors: one chunk of a few rows' worth of
+    // GEMM depth, and exact keys of long rows.
+    add(
+        "euclidean: wide vectors, search 9 queries in 160 x 960 k=10".into(),
+        random(&mut rng, 160, 960, 0.5),
+        Some(random(&mut rng, 9, 960, 0.5)),
+        10,
+        Metric::Euclidean,
+    );
+    add("cosine: wide vectors, graph n=90 d=3000 k=5".into(), random(&mut rng, 90, 3000, 0.2), None, 5, Metric::Cosine);
+    add(
+        "inner_product: wide vectors, search 6 queries in 120 x 4096 k=7".into(),
+        random(&mut rng, 120, 4096, 0.0),
+        Some(random(&mut rng, 6, 4096, 0.0)),
+        7,
+        Metric::InnerProduct,
+    );
+    add(
+        "correlation: wide vectors, graph n=70 d=4096 k=4".into(),
+        random(&mut rng, 70, 4096, 1.0),
+        None,
+        4,
+        Metric::Correlation,
+    );
     for s in 0..6 {
         let n = rng.random_range(2..260usize);
         let d = rng.random_range(2..40usize);
