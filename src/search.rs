@@ -154,11 +154,11 @@ pub struct Options {
     /// own list, before exact duplicates at the same distance 0. Under
     /// [`Metric::InnerProduct`] a point is ranked by its product like any other row.
     pub include_self: bool,
-    /// GPU memory the engine may allocate, in bytes. Default: on a discrete GPU, 7/8 of what
-    /// the device lets the engine allocate when it opens (found by allocating it; engines
-    /// opened on one adapter split it), 1 GiB on other adapters, which share the host's
-    /// memory ([`Knn::gpu_memory_budgets`] says what was chosen). An allocation that fails
-    /// halves it and runs again.
+    /// GPU memory the engine may allocate, in bytes. Default: on a discrete GPU whose Vulkan
+    /// driver reports a memory budget, 7/8 of it (engines opened on one adapter split it);
+    /// 4 GiB on other discrete GPUs; 1 GiB on other adapters, which share the host's memory
+    /// ([`Knn::gpu_memory_budgets`] says what was chosen). An allocation that fails halves
+    /// it and runs again.
     pub memory_budget: Option<u64>,
     /// Host memory a run may allocate beyond its inputs, in bytes (default: what the machine
     /// has available). A run whose estimate ([`host_memory_estimate`](crate::host_memory_estimate))

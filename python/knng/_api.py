@@ -159,7 +159,8 @@ def graph(X, k, metric="euclidean", backend="auto", include_self=False, devices=
         Select without subgroup operations even where the adapter has them.
     gpu_memory : int or str, optional
         GPU memory knng may allocate, in bytes or as a size such as ``"16GiB"`` (default:
-        7/8 of what a discrete GPU lets knng allocate, 1 GiB on other adapters).
+        7/8 of the memory budget a discrete GPU's Vulkan driver reports, else 4 GiB on
+        discrete GPUs and 1 GiB on others).
     max_memory : int or str, optional
         Host memory the run may allocate beyond its inputs (default: what is available); a
         run estimated to need more raises MemoryError before it allocates anything.

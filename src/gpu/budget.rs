@@ -1,9 +1,9 @@
 //! The GPU memory budget an engine takes when its caller sets none.
 //!
 //! wgpu does not say how much memory an adapter has. Vulkan drivers that offer
-//! `VK_EXT_memory_budget` (NVIDIA's, AMD's, Intel's and Mesa's do) report, per memory heap,
-//! how much this process may allocate with what other processes hold counted: a discrete GPU
-//! on Vulkan takes a share of its largest device-local heap's budget. Instances are made with
+//! `VK_EXT_memory_budget` (NVIDIA's, and Mesa's for AMD and Intel GPUs) report, per memory
+//! heap, how much this process may allocate with what other processes hold counted: a
+//! discrete GPU on Vulkan takes a share of its largest device-local heap's budget. Instances are made with
 //! a resource-creation threshold (`context::discover`), so that a buffer beyond that budget is
 //! refused with an out-of-memory error, which the engine handles, rather than paged. Other
 //! discrete GPUs get a budget any recent one holds; integrated, virtual and software adapters

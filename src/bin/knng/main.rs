@@ -95,9 +95,9 @@ struct EngineArgs {
     #[arg(long, value_name = "ROWS", hide = true, value_parser = at_least(1))]
     query_tile: Option<u64>,
     /// GPU memory knng may allocate: a size such as 16GiB or 512MiB, or a number of MiB
-    /// (default: 7/8 of what a discrete GPU lets knng allocate, 1GiB on other adapters; `knng
-    /// info` shows it). Larger values mean fewer, larger tiles; an out-of-memory error halves it
-    /// and retries.
+    /// (default: 7/8 of the memory budget a discrete GPU's Vulkan driver reports, else 4GiB on
+    /// discrete GPUs and 1GiB on others; `knng info` shows it). Larger values mean fewer, larger
+    /// tiles; an out-of-memory error halves it and retries.
     #[arg(long, value_name = "SIZE", value_parser = memory_size)]
     gpu_memory: Option<u64>,
     /// Host memory the run may use: a size such as 2GiB, or a number of MiB (default: what
