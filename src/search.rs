@@ -13,7 +13,8 @@ use crate::engine::{retry_smaller, Engine};
 use crate::error::{check_interrupt, Error, Result};
 use crate::gpu::{GpuEngine, GpuSettings, GpuTimes, MAX_CERTIFY_KC};
 use crate::lowdim::hybrid;
-use crate::lowdim::kdtree::{self, KdTreeJob};
+use crate::lowdim::job::{Answers, TreeJob};
+use crate::lowdim::{covertree, kdtree};
 use crate::metric::Metric;
 use crate::partition::{self, checkpoint, BlockPlan, RowSink};
 use crate::prepare::{self, RowStats};
@@ -100,6 +101,21 @@ pub enum Algorithm {
     /// in 1 to 6 dimensions; without a GPU engine the kd-tree answers every row, and
     /// elsewhere as [`Algorithm::KdTree`].
     Hybrid,
+    /// A cover tree over the corpus, built and queried on the CPU's threads: any dimension,
+    /// every metric but the inner product (cosine and correlation on rows scaled to unit
+    /// length). Its cost follows the data's intrinsic dimension rather than its number of
+    /// columns: it wins on points with few degrees of freedom in many coordinates and loses
+    /// to brute force on data that fills its space. Elsewhere, and for graphs asked to be
+    /// partitioned, brute force runs, as for [`Algorithm::KdTree`].
+    CoverTree,
+}
+
+impl Algorithm {
+    /// Whether the algorithm answers from a tree over the corpus (or the grid beside one)
+    /// rather than by brute force.
+    pub(crate) fn is_tree(self) -> bool {
+        matches!(self, Algorithm::KdTree | Algorithm::Hybrid | Algorithm::CoverTree)
+    }
 }
 
 impl FromStr for Algorithm {
@@ -111,9 +127,11 @@ impl FromStr for Algorithm {
             "brute" => Ok(Algorithm::Brute),
             "kdtree" | "kd-tree" | "kd_tree" => Ok(Algorithm::KdTree),
             "hybrid" => Ok(Algorithm::Hybrid),
-            _ => {
-                Err(Error::arg("algorithm", format!("unknown algorithm {s:?}; expected auto, brute, hybrid or kdtree")))
-            }
+            "covertree" | "cover-tree" | "cover_tree" => Ok(Algorithm::CoverTree),
+            _ => Err(Error::arg(
+                "algorithm",
+                format!("unknown algorithm {s:?}; expected auto, brute, covertree, hybrid or kdtree"),
+            )),
         }
     }
 }
@@ -125,6 +143,7 @@ impl std::fmt::Display for Algorithm {
             Algorithm::Brute => "brute force",
             Algorithm::KdTree => "kd-tree",
             Algorithm::Hybrid => "hybrid GPU grid and kd-tree",
+            Algorithm::CoverTree => "cover tree",
         })
     }
 }
@@ -313,8 +332,8 @@ impl Options {
 /// How the last search or graph went: how often the fp32 candidates had to be widened.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RunStats {
-    /// The algorithm that ran: [`Algorithm::Brute`], [`Algorithm::KdTree`] or
-    /// [`Algorithm::Hybrid`].
+    /// The algorithm that ran: [`Algorithm::Brute`], [`Algorithm::KdTree`],
+    /// [`Algorithm::Hybrid`] or [`Algorithm::CoverTree`].
     pub algorithm: Algorithm,
     /// Query rows of a hybrid run that the GPU grid took.
     pub rows_on_grid: usize,
@@ -756,10 +775,14 @@ impl Knn {
         // The kd-tree holds the whole data: where its tree does not fit the memory limit, or
         // blocks are asked for, the graph is partitioned by brute force. Where only its
         // answer does not fit, the tree hands rows over in blocks.
-        let tree_rows = kd_tree_block_rows(problem, asked.memory);
+        let tree_bytes = match options.algorithm {
+            Algorithm::CoverTree => covertree::tree_bytes(problem.n, problem.d),
+            _ => kdtree::tree_bytes(problem.n, problem.d),
+        };
+        let tree_rows = tree_block_rows(problem, tree_bytes, asked.memory);
         let partitioned = asked.block_rows.is_some() || asked.checkpoint || asked.ranks > 1 || tree_rows.is_none();
         let algorithm = self.choose_algorithm(metric, data.cols(), partitioned);
-        if matches!(algorithm, Algorithm::KdTree | Algorithm::Hybrid) && strategy != Strategy::Single {
+        if algorithm.is_tree() && strategy != Strategy::Single {
             let rows = tree_rows.expect("a tree that fits");
             self.graph_low_dim_in_blocks(algorithm, data, k, metric, rows, sink)?;
             return Ok(None);
@@ -936,7 +959,7 @@ impl Knn {
             crate::memory::check_host_memory(n, nq, d, task.k, 0, self.options.max_host_memory)?;
         }
         let mut answer = match task.algorithm {
-            Algorithm::KdTree | Algorithm::Hybrid => self.run_low_dim(task)?,
+            a if a.is_tree() => self.run_low_dim(task)?,
             _ => self.run_any(task)?,
         };
         if self.options.include_self && task.metric != Metric::InnerProduct && task.on_disk.is_none() {
@@ -968,7 +991,7 @@ impl Knn {
     fn run_low_dim(&self, task: &Task<'_>) -> Result<Neighbors> {
         let (nq, k) = (task.queries.rows(), task.k);
         let (mut indices, mut distances) = task.answers.take(nq * k);
-        let job = KdTreeJob {
+        let job = TreeJob {
             corpus: task.corpus,
             queries: task.queries,
             exclude: &task.exclude,
@@ -976,11 +999,7 @@ impl Knn {
             metric: task.metric,
             interrupt: self.options.interrupt.clone(),
         };
-        self.answer_low_dim(
-            task.algorithm,
-            &job,
-            kdtree::Answers::Whole { indices: &mut indices, distances: &mut distances },
-        )?;
+        self.answer_low_dim(task.algorithm, &job, Answers::Whole { indices: &mut indices, distances: &mut distances })?;
         Ok(Neighbors { indices, distances, queries: nq, k })
     }
 
@@ -1007,7 +1026,7 @@ impl Knn {
             }
             sink(first, indices, distances)
         };
-        let job = KdTreeJob {
+        let job = TreeJob {
             corpus: data,
             queries: data,
             exclude: &exclude,
@@ -1015,12 +1034,12 @@ impl Knn {
             metric,
             interrupt: self.options.interrupt.clone(),
         };
-        self.answer_low_dim(algorithm, &job, kdtree::Answers::Blocks { rows, sink: &mut hand_over })
+        self.answer_low_dim(algorithm, &job, Answers::Blocks { rows, sink: &mut hand_over })
     }
 
     /// Answers `job` by `algorithm` (the kd-tree, or the hybrid join where the engine is a
     /// GPU), reporting progress and recording the run's statistics.
-    fn answer_low_dim(&self, algorithm: Algorithm, job: &KdTreeJob<'_>, answers: kdtree::Answers<'_>) -> Result<()> {
+    fn answer_low_dim(&self, algorithm: Algorithm, job: &TreeJob<'_>, answers: Answers<'_>) -> Result<()> {
         let started = std::time::Instant::now();
         let nq = job.queries.rows();
         let progress = self.options.progress.clone();
@@ -1039,6 +1058,7 @@ impl Knn {
                 stats.rows_on_grid = run.gpu_rows;
                 stats.rows_proven_by_grid = run.gpu_proven;
             }
+            (_, Algorithm::CoverTree) => covertree::knn(job, answers, &report)?,
             _ => {
                 stats.algorithm = Algorithm::KdTree;
                 kdtree::knn(job, answers, &report)?;
@@ -1416,11 +1436,11 @@ fn put_self_first(first: usize, k: usize, indices: &mut [u32], distances: &[f32]
 /// Query rows a block of a kd-tree graph's answers under the host memory limit `memory`,
 /// beside its tree (at most the rows of 64 MiB of answers, at least one); `None` where the
 /// tree itself does not fit.
-fn kd_tree_block_rows(p: Problem, memory: Option<u64>) -> Option<usize> {
+fn tree_block_rows(p: Problem, tree_bytes: u64, memory: Option<u64>) -> Option<usize> {
     let row_bytes = (p.k as u64 * 8).max(1);
     let most = ((64u64 << 20) / row_bytes).max(1) as usize;
     let Some(memory) = memory else { return Some(most.min(p.n)) };
-    let left = memory.checked_sub(kdtree::tree_bytes(p.n, p.d))?;
+    let left = memory.checked_sub(tree_bytes)?;
     // The block's answers, the caller's copy as it writes them, and the order the block's
     // rows are answered in.
     let rows = (left / (2 * row_bytes + kdtree::ORDER_BYTES_PER_ROW)) as usize;

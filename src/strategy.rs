@@ -2,7 +2,7 @@
 //! join for data of a few dimensions), then for brute force one pass over the whole data on one engine, or the
 //! partitioned graph of P x P blocks dealt to several workers.
 
-use crate::lowdim::{hybrid, kdtree};
+use crate::lowdim::{covertree, hybrid, kdtree};
 use crate::memory;
 use crate::metric::Metric;
 use crate::partition::BlockPlan;
@@ -85,6 +85,21 @@ pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<Stri
         ),
         Algorithm::Hybrid if !gpu => {
             chosen("the hybrid join asked for, with no GPU engine: the kd-tree does all".into())
+        }
+        Algorithm::CoverTree if partitioned => (
+            Algorithm::Brute,
+            Some(
+                "algorithm: brute force, as the cover tree does not partition a graph into blocks (asked for, or \
+                  needed to fit the memory limit)"
+                    .into(),
+            ),
+        ),
+        Algorithm::CoverTree if !covertree::handles(metric) => (
+            Algorithm::Brute,
+            Some(format!("algorithm: brute force, as the cover tree does not take {metric} distances")),
+        ),
+        Algorithm::CoverTree => {
+            (Algorithm::CoverTree, Some("algorithm: cover tree on the CPU's threads (asked for)".into()))
         }
         Algorithm::Hybrid => (
             Algorithm::Hybrid,

@@ -9,7 +9,7 @@ mod common;
 
 use common::{
     bounded_cases, cases, check, chunked_corpus_cases, large_corpus_cases, larger_cases, long_list_cases, lowdim_cases,
-    published_cases, same_shape_cases, sparse_cases, symmetric_cases, Case, CHUNKED_BINDING,
+    manifold_cases, published_cases, same_shape_cases, sparse_cases, symmetric_cases, Case, CHUNKED_BINDING,
 };
 use knng::{Algorithm, Backend, Knn, Metric, Options, Select};
 use rand::{Rng, SeedableRng};
@@ -136,6 +136,23 @@ fn kd_tree_matches_float64_oracle() {
         let runs = run_cases(&knn, table, false, false);
         for ((name, takes), stats) in took.iter().zip(runs) {
             let expected = if *takes { Algorithm::KdTree } else { Algorithm::Brute };
+            assert_eq!(stats.algorithm, expected, "{name}");
+        }
+    }
+}
+
+/// The cover tree on the low-dimensional table, the general one and the wide one, where it
+/// runs for every metric but the inner product and brute force runs for that.
+#[test]
+fn cover_tree_matches_float64_oracle() {
+    let knn =
+        Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::CoverTree, ..Options::default() }).unwrap();
+    for table in [lowdim_cases(), cases(), manifold_cases()] {
+        let took: Vec<(String, bool)> =
+            table.iter().map(|c| (c.name.clone(), c.metric != Metric::InnerProduct)).collect();
+        let runs = run_cases(&knn, table, false, false);
+        for ((name, takes), stats) in took.iter().zip(runs) {
+            let expected = if *takes { Algorithm::CoverTree } else { Algorithm::Brute };
             assert_eq!(stats.algorithm, expected, "{name}");
         }
     }

@@ -15,7 +15,7 @@ Metric = Literal[
     "euclidean", "l2", "sqeuclidean", "cosine", "correlation", "pearson", "inner_product", "ip"
 ]
 BackendName = Literal["auto", "gpu", "cpu"]
-AlgorithmName = Literal["auto", "brute", "kdtree", "hybrid"]
+AlgorithmName = Literal["auto", "brute", "kdtree", "hybrid", "covertree"]
 SelectName = Literal["auto", "quick", "sort"]
 Size = Union[int, str]
 Devices = Union[Sequence[Union[int, str]], int, str]

@@ -145,11 +145,13 @@ def graph(X, k, metric="euclidean", backend="auto", include_self=False, devices=
         GPU adapters (indices or parts of names, as in :func:`info`) that share the graph's
         blocks; repeats open an adapter more than once. Default: every GPU identical to the
         one ``"auto"`` chooses.
-    algorithm : {"auto", "brute", "kdtree", "hybrid"}, default "auto"
+    algorithm : {"auto", "brute", "kdtree", "hybrid", "covertree"}, default "auto"
         ``"brute"`` computes every distance (any metric, any dimension); ``"kdtree"`` uses a
         kd-tree on the CPU (euclidean and sqeuclidean, 1 to 8 dimensions); ``"hybrid"`` a GPU
-        grid beside the kd-tree (1 to 6 dimensions); ``"auto"`` the kd-tree for few
-        dimensions, brute force otherwise. The answer is the same.
+        grid beside the kd-tree (1 to 6 dimensions); ``"covertree"`` a cover tree on the CPU
+        (any dimension, every metric but the inner product; fast on data of low intrinsic
+        dimension); ``"auto"`` the kd-tree for few dimensions, brute force otherwise. The
+        answer is the same.
     adapter : int or str, optional
         The GPU adapter to use: its index in ``info()["adapters"]`` or part of its name.
     select : {"auto", "quick", "sort"}, default "auto"

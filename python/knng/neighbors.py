@@ -26,7 +26,7 @@ _ENGINE_DOC = """
     backend : {"auto", "gpu", "cpu"}, default="auto"
         ``"auto"``: a hardware GPU when there is one, else the CPU's threads; ``"gpu"``
         forces a GPU adapter (software ones included); ``"cpu"`` the exact CPU backend.
-    algorithm : {"auto", "brute", "kdtree", "hybrid"}, default="auto"
+    algorithm : {"auto", "brute", "kdtree", "hybrid", "covertree"}, default="auto"
         As in :func:`knng.graph`; the answer is the same whichever runs.
     devices : list of (int or str), default=None
         GPU adapters that share a graph's blocks (see :func:`knng.graph`).

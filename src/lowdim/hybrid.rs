@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::grid::{self, GridPlan, SAMPLE_ROWS};
-use super::kdtree::{self, kth_row_key, nearest, rows_answer, Answers, DistinctPoints, KdTreeJob, Scratch};
+use super::job::{kth_row_key, rows_answer, Answers, PointRows, TreeJob};
+use super::kdtree::{self, nearest, DistinctPoints, Scratch};
 use super::order::slots_in_order;
 use crate::error::{check_interrupt, interrupted, Result};
 use crate::gpu::{GpuEngine, GpuGrid, GridAnswers, GRID_MAX_DIMS};
@@ -47,7 +48,7 @@ pub(crate) fn handles(metric: crate::metric::Metric, d: usize) -> bool {
 /// Answers `job` with the GPU grid and the kd-tree together, calling `report` with the number
 /// of query rows finished as they finish.
 pub(crate) fn knn(
-    job: &KdTreeJob<'_>,
+    job: &TreeJob<'_>,
     gpu: &GpuEngine,
     answers: Answers<'_>,
     report: &(dyn Fn(usize) + Sync),
@@ -82,7 +83,7 @@ fn grid_slots(k: usize) -> usize {
 /// [`knn`] in `K` dimensions, its first grid's cells `width_scale` times as wide as planned
 /// (tests make it too fine to see it rebuilt).
 fn knn_in<const K: usize>(
-    job: &KdTreeJob<'_>,
+    job: &TreeJob<'_>,
     gpu: &GpuEngine,
     answers: Answers<'_>,
     report: &(dyn Fn(usize) + Sync),
@@ -140,24 +141,13 @@ fn knn_in<const K: usize>(
         run.gpu_error = run.gpu_error.take().or(outcome.gpu_error);
         Ok(())
     };
-    match answers {
-        Answers::Whole { indices, distances } => answer_rows(0, indices, distances)?,
-        Answers::Blocks { rows, sink } => {
-            let (k, rows) = (job.k, rows.max(1));
-            let (mut indices, mut distances) = (vec![0u32; rows.min(nq) * k], vec![0f32; rows.min(nq) * k]);
-            for first in (0..nq).step_by(rows) {
-                let len = rows.min(nq - first) * k;
-                answer_rows(first, &mut indices[..len], &mut distances[..len])?;
-                sink(first, &mut indices[..len], &mut distances[..len])?;
-            }
-        }
-    }
+    answers.fill(job, &mut answer_rows)?;
     Ok(run)
 }
 
 /// What both ends of the queue read.
 struct Shared<'a, const K: usize> {
-    job: &'a KdTreeJob<'a>,
+    job: &'a TreeJob<'a>,
     distinct: &'a DistinctPoints<K>,
     /// Built by the first call of [`Shared::answer`], while the GPU answers its first batch.
     tree: OnceLock<ImmutableKdTree<f64, K>>,
@@ -379,7 +369,7 @@ impl<const K: usize> Shared<'_, K> {
                     proven += 1;
                     let excluded = self.job.exclude[i];
                     let kth = kth_row_key(self.distinct, k, excluded, &scratch.points).expect("proven");
-                    rows_answer(self.distinct, k, excluded, kth, scratch)
+                    rows_answer(self.distinct, k, excluded, kth, &scratch.points, &mut scratch.answer)
                 }
                 _ => nearest(self.job, self.distinct, tree, i, scratch),
             };
@@ -474,14 +464,8 @@ mod tests {
         let data = MatrixRef::new(&coords, n, 2).unwrap();
         let exclude: Vec<u32> = (0..n as u32).collect();
         let k = 5;
-        let job = KdTreeJob {
-            corpus: data,
-            queries: data,
-            exclude: &exclude,
-            k,
-            metric: Metric::SqEuclidean,
-            interrupt: None,
-        };
+        let job =
+            TreeJob { corpus: data, queries: data, exclude: &exclude, k, metric: Metric::SqEuclidean, interrupt: None };
         let (mut ids, mut dists) = (vec![0u32; n * k], vec![0f32; n * k]);
         let answers = Answers::Whole { indices: &mut ids, distances: &mut dists };
         let run = knn_in::<2>(&job, &gpu, answers, &|_| {}, 0.4).unwrap();

@@ -17,8 +17,9 @@ use super::order::{slots_in_order, Curve};
 use crate::data::MatrixRef;
 use crate::error::{check_interrupt, interrupted, Error, Result};
 use crate::metric::{sq_euclidean_f64_to, Metric};
-use crate::partition::RowSink;
 use crate::refine::{write_row, NONE};
+
+use super::job::{kth_row_key, rows_answer, Answers, PointRows, TreeJob};
 
 /// Most dimensions the tree takes: each count is a tree type of its own.
 pub(crate) const MAX_DIM: usize = 8;
@@ -31,29 +32,9 @@ const KEY_SLACK: f64 = 1e-12;
 /// Query rows handed to a thread at a time, and between progress reports.
 const ROWS_PER_TASK: usize = 2048;
 
-/// One kd-tree problem: the `k` nearest rows of `corpus` for every row of `queries`, row
-/// `exclude[i]` of the corpus left out of query i's list (`NONE`: none).
-pub(crate) struct KdTreeJob<'a> {
-    pub corpus: MatrixRef<'a>,
-    pub queries: MatrixRef<'a>,
-    pub exclude: &'a [u32],
-    pub k: usize,
-    pub metric: Metric,
-    /// `Options::interrupt`: tasks of rows are skipped once it is set, and the job fails.
-    pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
-}
-
 /// Whether the kd-tree computes `metric` in `d` dimensions.
 pub(crate) fn handles(metric: Metric, d: usize) -> bool {
     matches!(metric, Metric::Euclidean | Metric::SqEuclidean) && (1..=MAX_DIM).contains(&d)
-}
-
-/// Where the answer of a [`KdTreeJob`] goes: arrays for every query row (k a row,
-/// row-major), or blocks of `rows` query rows handed to `sink` in order as each is finished
-/// (`sink(first_row, indices, distances)`), for answers too large to hold at once.
-pub(crate) enum Answers<'o> {
-    Whole { indices: &'o mut [u32], distances: &'o mut [f32] },
-    Blocks { rows: usize, sink: &'o mut RowSink<'o> },
 }
 
 /// Host memory a block of query rows takes beside its answers while it is answered along
@@ -69,7 +50,7 @@ pub(crate) fn tree_bytes(n: usize, d: usize) -> u64 {
 }
 
 /// Answers `job`, calling `report` with the number of query rows finished as they finish.
-pub(crate) fn knn(job: &KdTreeJob<'_>, answers: Answers<'_>, report: &(dyn Fn(usize) + Sync)) -> Result<()> {
+pub(crate) fn knn(job: &TreeJob<'_>, answers: Answers<'_>, report: &(dyn Fn(usize) + Sync)) -> Result<()> {
     let d = job.corpus.cols();
     if !handles(job.metric, d) {
         return Err(Error::arg(
@@ -134,15 +115,17 @@ impl<const K: usize> DistinctPoints<K> {
     /// Query rows `first..first + len` of `job` in the curve's order, as offsets from `first`.
     /// A graph's queries are the corpus rows, already in that order here: taken from the
     /// points' rows instead of sorted again.
-    pub(super) fn query_order(&self, job: &KdTreeJob<'_>, first: usize, len: usize) -> Vec<u32> {
+    pub(super) fn query_order(&self, job: &TreeJob<'_>, first: usize, len: usize) -> Vec<u32> {
         if !std::ptr::eq(job.queries.as_slice(), job.corpus.as_slice()) {
             return self.curve.order(job.queries, first, len);
         }
         let block = first as u32..(first + len) as u32;
         self.rows.par_iter().filter(|r| block.contains(r)).map(|r| r - block.start).collect()
     }
+}
 
-    pub(super) fn rows_of(&self, p: usize) -> &[u32] {
+impl<const K: usize> PointRows for DistinctPoints<K> {
+    fn rows_of(&self, p: usize) -> &[u32] {
         &self.rows[self.first[p] as usize..self.first[p + 1] as usize]
     }
 }
@@ -153,13 +136,13 @@ pub(super) fn tree_of<const K: usize>(distinct: &DistinctPoints<K>) -> Result<Im
         .map_err(|e| Error::arg("algorithm", format!("the kd-tree cannot hold this corpus: {e}")))
 }
 
-fn knn_in<const K: usize>(job: &KdTreeJob<'_>, answers: Answers<'_>, report: &(dyn Fn(usize) + Sync)) -> Result<()> {
+fn knn_in<const K: usize>(job: &TreeJob<'_>, answers: Answers<'_>, report: &(dyn Fn(usize) + Sync)) -> Result<()> {
     let distinct = DistinctPoints::<K>::of(job.corpus);
     crate::trace::mark(|| format!("kd-tree: {} distinct points", distinct.points.len()));
     let tree = tree_of(&distinct)?;
     crate::trace::mark(|| "kd-tree: built".to_string());
     let done = AtomicUsize::new(0);
-    let answer_rows = |first: usize, indices: &mut [u32], distances: &mut [f32]| {
+    answers.fill(job, |first, indices, distances| {
         let k = job.k;
         let order = distinct.query_order(job, first, indices.len() / k);
         let mut slots = slots_in_order(indices, distances, k, &order);
@@ -174,22 +157,9 @@ fn knn_in<const K: usize>(job: &KdTreeJob<'_>, answers: Answers<'_>, report: &(d
             }
             report(done.fetch_add(order.len(), Ordering::Relaxed) + order.len());
         });
-    };
-    match answers {
-        Answers::Whole { indices, distances } => answer_rows(0, indices, distances),
-        Answers::Blocks { rows, sink } => {
-            let (nq, k, rows) = (job.queries.rows(), job.k, rows.max(1));
-            let (mut indices, mut distances) = (vec![0u32; rows.min(nq) * k], vec![0f32; rows.min(nq) * k]);
-            for first in (0..nq).step_by(rows) {
-                let len = rows.min(nq - first) * k;
-                answer_rows(first, &mut indices[..len], &mut distances[..len]);
-                check_interrupt(&job.interrupt)?;
-                sink(first, &mut indices[..len], &mut distances[..len])?;
-            }
-        }
-    }
-    // Rows of tasks skipped after an interrupt have no answer.
-    check_interrupt(&job.interrupt)
+        // Rows of tasks skipped after an interrupt have no answer.
+        check_interrupt(&job.interrupt)
+    })
 }
 
 /// Buffers a thread reuses from row to row.
@@ -198,12 +168,12 @@ pub(super) struct Scratch {
     /// (key, distinct point) of the points the tree returned, ascending by key.
     pub(super) points: Vec<(f64, usize)>,
     /// (key, row) of the answer.
-    answer: Vec<(f64, u32)>,
+    pub(super) answer: Vec<(f64, u32)>,
 }
 
 /// The `k` nearest rows of query row `i`, ascending by (key, row).
 pub(super) fn nearest<'s, const K: usize>(
-    job: &KdTreeJob<'_>,
+    job: &TreeJob<'_>,
     distinct: &DistinctPoints<K>,
     tree: &ImmutableKdTree<f64, K>,
     i: usize,
@@ -235,49 +205,5 @@ pub(super) fn nearest<'s, const K: usize>(
             _ => asked = (2 * asked).min(total),
         }
     };
-    rows_answer(distinct, k, excluded, kth_key, scratch)
-}
-
-/// The k-th key over the rows of `scratch.points` (ascending by key), row `excluded` left
-/// out; `None` where they hold fewer than k rows.
-pub(super) fn kth_row_key<const K: usize>(
-    distinct: &DistinctPoints<K>,
-    k: usize,
-    excluded: u32,
-    points: &[(f64, usize)],
-) -> Option<f64> {
-    let mut rows = 0;
-    points.iter().find_map(|&(key, p)| {
-        let of_p = distinct.rows_of(p);
-        rows += of_p.len() - usize::from(of_p.binary_search(&excluded).is_ok());
-        (rows >= k).then_some(key)
-    })
-}
-
-/// The answer from `scratch.points` (ascending by key, holding every point up to
-/// `kth_key`): every row of a point nearer than the k-th key, and of the points at it the
-/// first rows by index, so that the k wanted among those tied at the k-th key are the lowest.
-pub(super) fn rows_answer<'s, const K: usize>(
-    distinct: &DistinctPoints<K>,
-    k: usize,
-    excluded: u32,
-    kth_key: f64,
-    scratch: &'s mut Scratch,
-) -> &'s [(f64, u32)] {
-    // Rows of point p in the answer: all but the excluded one (found by bisection, since a
-    // point may have many rows).
-    let rows_of = |p: usize| {
-        let rows = distinct.rows_of(p);
-        rows.len() - usize::from(rows.binary_search(&excluded).is_ok())
-    };
-    scratch.answer.clear();
-    let before: usize = scratch.points.iter().take_while(|p| p.0 < kth_key).map(|&(_, p)| rows_of(p)).sum();
-    for &(key, p) in scratch.points.iter().take_while(|p| p.0 <= kth_key) {
-        let rows = distinct.rows_of(p).iter().filter(|&&row| row != excluded);
-        let take = if key < kth_key { usize::MAX } else { k - before };
-        scratch.answer.extend(rows.take(take).map(|&row| (key, row)));
-    }
-    scratch.answer.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    scratch.answer.truncate(k);
-    &scratch.answer
+    rows_answer(distinct, k, excluded, kth_key, &scratch.points, &mut scratch.answer)
 }

@@ -378,6 +378,88 @@ pub fn lowdim_cases() -> Vec<Case> {
     out
 }
 
+/// Points with few degrees of freedom in many columns: `m` angles mapped through random
+/// sinusoids into `d` columns, plus `offset` in every column.
+pub fn manifold(rng: &mut StdRng, n: usize, m: usize, d: usize, offset: f32) -> Matrix {
+    let maps: Vec<(usize, f32, f32)> = (0..d)
+        .map(|_| (rng.random_range(0..m), rng.random_range(0.5f32..3.0), rng.random_range(0.0f32..6.3)))
+        .collect();
+    let data = (0..n)
+        .flat_map(|_| {
+            let angles: Vec<f32> = (0..m).map(|_| rng.random_range(0.0f32..6.3)).collect();
+            maps.iter().map(|&(a, f, phase)| offset + (f * angles[a] + phase).sin()).collect::<Vec<_>>()
+        })
+        .collect();
+    Matrix::new(data, n, d).unwrap()
+}
+
+/// Data of low intrinsic dimension in many columns, for the cover tree: manifolds of 1 to 6
+/// dimensions in 16 to 300 columns under every metric, with duplicates, a large common
+/// offset, rows that differ only in scale (one point to cosine), and long lists.
+pub fn manifold_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(20261127);
+    let mut out = Vec::new();
+    for (m, d, metric, k) in [
+        (1usize, 16usize, Metric::Euclidean, 5usize),
+        (2, 64, Metric::SqEuclidean, 10),
+        (3, 100, Metric::Cosine, 8),
+        (4, 128, Metric::Correlation, 12),
+        (6, 300, Metric::Euclidean, 20),
+        (2, 32, Metric::InnerProduct, 6),
+    ] {
+        let corpus = manifold(&mut rng, 500, m, d, 0.0);
+        out.push(Case { name: format!("{metric}: {m}-manifold in d={d} k={k}"), corpus, queries: None, k, metric });
+    }
+    let corpus = manifold(&mut rng, 400, 3, 48, 0.0);
+    let queries = manifold(&mut rng, 90, 3, 48, 0.0);
+    out.push(Case {
+        name: "euclidean: search of a 3-manifold in d=48 k=15".into(),
+        corpus,
+        queries: Some(queries),
+        k: 15,
+        metric: Metric::Euclidean,
+    });
+    out.push(Case {
+        name: "euclidean: 2-manifold in d=40 at offset 1e4, k=9".into(),
+        corpus: manifold(&mut rng, 400, 2, 40, 1e4),
+        queries: None,
+        k: 9,
+        metric: Metric::Euclidean,
+    });
+    out.push(Case {
+        name: "correlation: 2-manifold in d=40 at offset 300, k=9".into(),
+        corpus: manifold(&mut rng, 400, 2, 40, 300.0),
+        queries: None,
+        k: 9,
+        metric: Metric::Correlation,
+    });
+    // Each point three times, and the rows of one point at four scales (distance 0 under
+    // cosine, four distinct rows).
+    let base = manifold(&mut rng, 120, 2, 24, 0.5).into_vec();
+    let mut rows: Vec<Vec<f32>> = (0..360).map(|i| base[(i % 120) * 24..][..24].to_vec()).collect();
+    rows.extend(
+        (0..40).flat_map(|i| [1.0f32, 2.0, 0.5, 8.0].map(|s| base[i * 24..][..24].iter().map(|v| v * s).collect())),
+    );
+    let duplicated = Matrix::from_rows(&rows).unwrap();
+    for (metric, k) in [(Metric::Euclidean, 7), (Metric::Cosine, 11)] {
+        out.push(Case {
+            name: format!("{metric}: 2-manifold with duplicates and scaled rows, k={k}"),
+            corpus: duplicated.clone(),
+            queries: None,
+            k,
+            metric,
+        });
+    }
+    out.push(Case {
+        name: "euclidean: 2-manifold in d=20, k=300".into(),
+        corpus: manifold(&mut rng, 450, 2, 20, 0.0),
+        queries: None,
+        k: 300,
+        metric: Metric::Euclidean,
+    });
+    out
+}
+
 /// Fewer, larger cases: several distance tiles per row under a small budget, large k.
 /// Graphs for the symmetric sweep, where each row also gathers candidates from later rows as
 /// a column. The second puts every row of its first query tiles far apart and the rest in a

@@ -267,6 +267,9 @@ fn finish(engine: &EngineArgs, knn: &Knn, summary: String, rows: usize, elapsed:
     if stats.algorithm == knng::Algorithm::KdTree {
         widened += ", by the kd-tree";
     }
+    if stats.algorithm == knng::Algorithm::CoverTree {
+        widened += ", by the cover tree";
+    }
     if stats.algorithm == knng::Algorithm::Hybrid {
         widened += &format!(
             ", by the GPU grid ({} of {} rows it took) and the kd-tree",

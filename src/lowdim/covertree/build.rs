@@ -1,0 +1,288 @@
+//! Building the cover tree on the CPU's threads: the batch construction of Sharma's CTVC
+//! (separation kept among siblings only), its far sets built in parallel.
+//!
+//! A node stands for a point e and the set S of points below it, each with its distance to
+//! e. While S is not empty, the level drops to the largest power of two t below S's largest
+//! distance: the points farther than t from e are peeled off into groups, each around the
+//! first point f left (the points within t of f), and each group becomes a child of e,
+//! built the same way and independently of its siblings; the points within t stay with e
+//! for the next level. A child at level t lies within 2t of e, its points within t of it,
+//! and siblings of one level more than t apart.
+
+use rayon::prelude::*;
+
+use super::space::Space;
+use crate::data::MatrixRef;
+use crate::error::{interrupted, Result};
+use crate::lowdim::job::{PointRows, TreeJob};
+
+/// Points of a set from which distances to its insert element are computed on every thread.
+const PARALLEL_POINTS: usize = 4096;
+
+/// One node of the tree. Node i stands for distinct point i.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Node {
+    /// Children: nodes `first_child..first_child + children`.
+    pub first_child: u32,
+    pub children: u32,
+    /// At least the true distance from the node's point to any point below it.
+    pub radius: f64,
+    /// Bounds on the true distance from the node's point to its parent's.
+    pub parent_lo: f64,
+    pub parent_hi: f64,
+}
+
+/// A cover tree over the distinct points of a corpus.
+pub(super) struct Tree {
+    pub space: Space,
+    /// Node 0 is the root; a node's children are consecutive, and each subtree's nodes
+    /// follow its parent's block, so that near points lie near in memory.
+    pub nodes: Vec<Node>,
+    /// The tree vector of each point, `dims` values each, in node order.
+    vectors: Vec<f32>,
+    /// Rows of point p: `rows[first[p]..first[p + 1]]`, ascending; the first stands for it.
+    rows: Vec<u32>,
+    first: Vec<u32>,
+}
+
+impl PointRows for Tree {
+    fn rows_of(&self, p: usize) -> &[u32] {
+        &self.rows[self.first[p] as usize..self.first[p + 1] as usize]
+    }
+}
+
+/// A node while the tree is built.
+struct Built {
+    point: u32,
+    radius: f64,
+    parent: (f64, f64),
+    children: Vec<Built>,
+}
+
+impl Tree {
+    /// The tree of `job.corpus` in the space of `job.metric`; `None` where the job was
+    /// interrupted.
+    pub(super) fn of(job: &TreeJob<'_>) -> Result<Option<Tree>> {
+        let (corpus, d) = (job.corpus, job.corpus.cols());
+        let space = Space::new(job.metric, d, &[corpus, job.queries]);
+        let (rows, first) = distinct_rows(corpus);
+        let points = first.len() - 1;
+        let mut placed = vec![0f32; points * d];
+        placed.par_chunks_mut(d.max(1)).enumerate().for_each(|(p, out)| {
+            space.place(corpus.row(rows[first[p] as usize] as usize), out);
+        });
+        crate::trace::mark(|| format!("cover tree: {points} distinct points"));
+        let builder = Builder { space: &space, vectors: &placed, d, job };
+        let members: Vec<(f64, u32)> = (1..points as u32).into_par_iter().map(|p| (builder.sq(0, p), p)).collect();
+        let root = builder.build(0, members);
+        if interrupted(&job.interrupt) {
+            return Ok(None);
+        }
+        crate::trace::mark(|| "cover tree: built".to_string());
+        // Lay the nodes out: each node's children as one block, then each child's subtree.
+        let mut nodes = Vec::with_capacity(points);
+        let mut order = Vec::with_capacity(points);
+        nodes.push(Node { first_child: 0, children: 0, radius: root.radius, parent_lo: 0.0, parent_hi: 0.0 });
+        order.push(root.point);
+        lay_out(&root, 0, &mut nodes, &mut order);
+        drop(root);
+        let mut vectors = vec![0f32; points * d];
+        vectors.par_chunks_mut(d.max(1)).zip(order.par_iter()).for_each(|(out, &p)| {
+            out.copy_from_slice(&placed[p as usize * d..][..d]);
+        });
+        let mut node_rows = Vec::with_capacity(rows.len());
+        let mut node_first = Vec::with_capacity(points + 1);
+        for &p in &order {
+            node_first.push(node_rows.len() as u32);
+            node_rows.extend_from_slice(&rows[first[p as usize] as usize..first[p as usize + 1] as usize]);
+        }
+        node_first.push(node_rows.len() as u32);
+        Ok(Some(Tree { space, nodes, vectors, rows: node_rows, first: node_first }))
+    }
+
+    /// The tree vector of point `p`.
+    #[inline]
+    pub(super) fn vector(&self, p: usize) -> &[f32] {
+        let d = self.space.dims();
+        &self.vectors[p * d..][..d]
+    }
+
+    /// The corpus row that stands for point `p` (the lowest of its rows).
+    #[inline]
+    pub(super) fn row_of(&self, p: usize) -> usize {
+        self.rows[self.first[p] as usize] as usize
+    }
+
+    /// Every corpus row, by the node of its point: the order in which a graph's rows are
+    /// answered, so that consecutive queries meet the same nodes.
+    pub(super) fn rows_in_node_order(&self) -> &[u32] {
+        &self.rows
+    }
+}
+
+struct Builder<'a> {
+    space: &'a Space,
+    /// Tree vectors in the order of distinct points.
+    vectors: &'a [f32],
+    d: usize,
+    job: &'a TreeJob<'a>,
+}
+
+impl Builder<'_> {
+    fn sq(&self, a: u32, b: u32) -> f64 {
+        let d = self.d;
+        self.space.sq(&self.vectors[a as usize * d..][..d], &self.vectors[b as usize * d..][..d])
+    }
+
+    /// The node of point `e` over `members`, (squared distance to e, point) each.
+    fn build(&self, e: u32, mut near: Vec<(f64, u32)>) -> Built {
+        let radius = near.iter().map(|m| self.space.bounds(m.0).1).fold(0.0, f64::max);
+        let mut children = Vec::new();
+        while !near.is_empty() && !interrupted(&self.job.interrupt) {
+            let farthest = near.iter().map(|m| m.0).fold(0.0, f64::max);
+            if farthest == 0.0 {
+                // Distinct points that no f32 distance tells apart from e: leaves of e.
+                children.extend(near.drain(..).map(|(sq, p)| leaf(p, self.space.bounds(sq))));
+                break;
+            }
+            let t_sq = level_below(farthest.sqrt()).powi(2);
+            let mut far: Vec<(f64, u32)>;
+            (near, far) = near.into_iter().partition(|m| m.0 <= t_sq);
+            let mut groups = Vec::new();
+            while !far.is_empty() {
+                let (f_sq, f) = far[0];
+                let to_f = |&(e_sq, x): &(f64, u32)| (self.sq(f, x), e_sq, x);
+                let rest: Vec<(f64, f64, u32)> = if far.len() > PARALLEL_POINTS {
+                    far[1..].par_iter().map(to_f).collect()
+                } else {
+                    far[1..].iter().map(to_f).collect()
+                };
+                let (group, others): (Vec<_>, Vec<_>) = rest.into_iter().partition(|m| m.0 <= t_sq);
+                groups.push((f, f_sq, group.into_iter().map(|(sq, _, x)| (sq, x)).collect::<Vec<_>>()));
+                far = others.into_iter().map(|(_, e_sq, x)| (e_sq, x)).collect();
+            }
+            let built: Vec<Built> = groups
+                .into_par_iter()
+                .map(|(f, f_sq, group)| Built { parent: self.space.bounds(f_sq), ..self.build(f, group) })
+                .collect();
+            children.extend(built);
+        }
+        Built { point: e, radius, parent: (0.0, 0.0), children }
+    }
+}
+
+fn leaf(point: u32, parent: (f64, f64)) -> Built {
+    Built { point, radius: 0.0, parent, children: Vec::new() }
+}
+
+/// The largest power of two below `distance` (> 0).
+fn level_below(distance: f64) -> f64 {
+    let mut t = 2f64.powi(distance.log2().ceil() as i32 - 1);
+    while t >= distance {
+        t *= 0.5;
+    }
+    while t * 2.0 < distance {
+        t *= 2.0;
+    }
+    t
+}
+
+/// Appends the children of `node` (laid out at `at`) as one block, then each child's
+/// subtree; `order` gets the point of each node appended.
+fn lay_out(node: &Built, at: usize, nodes: &mut Vec<Node>, order: &mut Vec<u32>) {
+    let first = nodes.len();
+    nodes[at].first_child = first as u32;
+    nodes[at].children = node.children.len() as u32;
+    for child in &node.children {
+        nodes.push(Node {
+            first_child: 0,
+            children: 0,
+            radius: child.radius,
+            parent_lo: child.parent.0,
+            parent_hi: child.parent.1,
+        });
+        order.push(child.point);
+    }
+    for (i, child) in node.children.iter().enumerate() {
+        lay_out(child, first + i, nodes, order);
+    }
+}
+
+/// The rows of each distinct row of `rows`: `(rows, first)` with the rows of point p at
+/// `rows[first[p]..first[p + 1]]`, ascending.
+fn distinct_rows(corpus: MatrixRef<'_>) -> (Vec<u32>, Vec<u32>) {
+    // -0.0 and +0.0 are one value (their distance is 0): `+ 0.0` makes both +0.0.
+    let bits = |i: u32| corpus.row(i as usize).iter().map(|&x| (x + 0.0).to_bits());
+    let mut rows: Vec<u32> = (0..corpus.rows() as u32).collect();
+    rows.par_sort_unstable_by(|&a, &b| bits(a).cmp(bits(b)).then(a.cmp(&b)));
+    let mut first: Vec<u32> = (0..rows.len())
+        .into_par_iter()
+        .filter(|&at| at == 0 || bits(rows[at - 1]).ne(bits(rows[at])))
+        .map(|at| at as u32)
+        .collect();
+    first.push(rows.len() as u32);
+    (rows, first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metric::Metric;
+    use crate::refine::NONE;
+
+    /// Every point is one node; radii and parent bounds hold the float64 distances; the
+    /// rows of equal points are one point's.
+    #[test]
+    fn the_tree_covers_every_point_within_its_radii() {
+        let mut values = Vec::new();
+        for i in 0..300u32 {
+            let x = (i % 37) as f32 * 0.25;
+            values.extend([x, (i % 11) as f32, -0.0 * x, (i / 7 % 5) as f32 * 1e-3]);
+        }
+        let corpus = MatrixRef::new(&values, 300, 4).unwrap();
+        let exclude = vec![NONE; 300];
+        let job =
+            TreeJob { corpus, queries: corpus, exclude: &exclude, k: 1, metric: Metric::Euclidean, interrupt: None };
+        let tree = Tree::of(&job).unwrap().unwrap();
+        let points = tree.nodes.len();
+        assert_eq!(tree.rows.len(), 300);
+        let mut distinct: Vec<Vec<u32>> =
+            (0..300).map(|i| corpus.row(i).iter().map(|x| (x + 0.0).to_bits()).collect()).collect();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(points, distinct.len());
+        let dist =
+            |a: usize, b: usize| Metric::Euclidean.distance_f64(corpus.row(tree.row_of(a)), corpus.row(tree.row_of(b)));
+        // Each node below node 0 exactly once; every point below a node within its radius.
+        let mut seen = vec![false; points];
+        seen[0] = true;
+        fn below(tree: &Tree, n: usize, out: &mut Vec<usize>) {
+            let node = tree.nodes[n];
+            for c in node.first_child as usize..(node.first_child + node.children) as usize {
+                out.push(c);
+                below(tree, c, out);
+            }
+        }
+        for n in 0..points {
+            let mut under = Vec::new();
+            below(&tree, n, &mut under);
+            for &c in &under {
+                assert!(dist(n, c) <= tree.nodes[n].radius, "node {n}, point {c}");
+            }
+            let node = tree.nodes[n];
+            let children = node.first_child as usize..(node.first_child + node.children) as usize;
+            for (c, seen) in children.clone().zip(&mut seen[children]) {
+                assert!(!*seen, "node {c} twice");
+                *seen = true;
+                let (lo, hi) = (tree.nodes[c].parent_lo, tree.nodes[c].parent_hi);
+                assert!(lo <= dist(n, c) && dist(n, c) <= hi, "node {c} under {n}");
+            }
+        }
+        assert!(seen.iter().all(|&s| s));
+        for p in 0..points {
+            let rows = tree.rows_of(p);
+            assert!(rows.windows(2).all(|w| w[0] < w[1]));
+            assert!(rows.iter().all(|&r| corpus.row(r as usize) == corpus.row(rows[0] as usize)));
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! The euclidean space a cover tree is built in, and how far its fast distances may be
+//! from the true ones.
+//!
+//! Euclidean and squared euclidean distances live in the rows themselves. Cosine and
+//! correlation distances are, for rows scaled to unit length (and centred, for correlation),
+//! half the squared euclidean distance: the tree holds those unit rows, and a key `c` of
+//! either metric is the chord `sqrt(2 c)`.
+//!
+//! The tree and its queries compute distances in f32 for speed; the answer is ranked by the
+//! float64 keys of `Metric::rank_key_f64`. For the pruning to lose nothing, every f32
+//! distance is turned into an interval that holds the true distance between the exact
+//! vectors (the original rows, or their exact unit forms), and every float64 key into an
+//! upper bound on the true distance of any point whose key is at most it. Each bound below
+//! is loose by a factor of two or more: looser bounds only visit a few more nodes.
+
+use rayon::prelude::*;
+
+use crate::data::MatrixRef;
+use crate::metric::Metric;
+
+/// Unit roundoff of f32 and of f64.
+const U32: f64 = 1.0 / (1u64 << 24) as f64;
+const U64: f64 = 1.0 / (1u64 << 53) as f64;
+
+/// The space of one tree: how rows become its vectors and how its distances are bounded.
+pub(super) struct Space {
+    metric: Metric,
+    d: usize,
+    /// Relative error of an f32 sum of squared differences of `d` terms (eight lanes, then
+    /// the lanes and the tail): each term rounds at most 3 times, each sum at most d + 24.
+    sum_rel: f64,
+    /// Absolute error of that sum from terms that underflow into f32's subnormals.
+    sum_abs: f64,
+    /// How far a tree vector may be from the exact vector it stands for (0 for the rows
+    /// themselves).
+    vector_err: f64,
+    /// How far a float64 key may be above or below the true key, relatively (euclidean
+    /// metrics) or absolutely (the others).
+    key_err: f64,
+}
+
+impl Space {
+    /// The space for `metric` over `d` columns; `rows` lists every matrix whose rows will
+    /// be placed in it (corpus and queries), for the error of centring them.
+    pub(super) fn new(metric: Metric, d: usize, rows: &[MatrixRef<'_>]) -> Self {
+        let df = d as f64;
+        let (vector_err, key_err) = match metric {
+            Metric::Euclidean | Metric::SqEuclidean => (0.0, 2.0 * (df + 8.0) * U64),
+            Metric::Cosine => (2.0 * U32 + 4.0 * (df + 4.0) * U64, 4.0 * (df + 8.0) * U64),
+            _ => {
+                // Centring in float64 errs by about (d + 2) sqrt(d) u max|x| per row, which
+                // relative to the centred row's length can be large where the rows share a
+                // large offset: taken from the rows themselves.
+                let centring = rows
+                    .iter()
+                    .map(|m| (0..m.rows()).into_par_iter().map(|i| centring_error(m.row(i))).reduce(|| 0.0, f64::max))
+                    .fold(0.0, f64::max);
+                (2.0 * U32 + 2.0 * centring, 8.0 * centring + 4.0 * (df + 8.0) * U64)
+            }
+        };
+        Space {
+            metric,
+            d,
+            sum_rel: 2.0 * (3.0 * df + 24.0) * U32,
+            sum_abs: 2.0 * (df + 1.0) * f64::from(f32::from_bits(1)),
+            vector_err,
+            key_err,
+        }
+    }
+
+    /// Writes the tree vector of `row` to `out` (`d` values).
+    pub(super) fn place(&self, row: &[f32], out: &mut [f32]) {
+        match self.metric {
+            Metric::Euclidean | Metric::SqEuclidean => out.copy_from_slice(row),
+            Metric::Cosine => unit(row.iter().map(|&x| f64::from(x)), row.len(), out),
+            _ => {
+                let mean = row.iter().map(|&x| f64::from(x)).sum::<f64>() / row.len() as f64;
+                unit(row.iter().map(|&x| f64::from(x) - mean), row.len(), out)
+            }
+        }
+    }
+
+    /// The squared distance of two tree vectors, in f32 (in float64 where f32 overflows).
+    #[inline]
+    pub(super) fn sq(&self, a: &[f32], b: &[f32]) -> f64 {
+        let fast = sq_f32(a, b);
+        if fast.is_finite() {
+            f64::from(fast)
+        } else {
+            crate::metric::sq_euclidean_f64(a, b)
+        }
+    }
+
+    /// The true distance between the exact vectors behind two tree vectors whose `sq` is
+    /// `sq`: at least the first, at most the second.
+    #[inline]
+    pub(super) fn bounds(&self, sq: f64) -> (f64, f64) {
+        let lo = ((sq - self.sum_abs).max(0.0) / (1.0 + self.sum_rel)).sqrt() - 2.0 * self.vector_err;
+        let hi = ((sq + self.sum_abs) / (1.0 - self.sum_rel)).sqrt() + 2.0 * self.vector_err;
+        (lo, hi)
+    }
+
+    /// An upper bound on the true distance of any point whose float64 key is at most `key`.
+    #[inline]
+    pub(super) fn key_reach(&self, key: f64) -> f64 {
+        match self.metric {
+            Metric::Euclidean | Metric::SqEuclidean => (key * (1.0 + self.key_err)).sqrt(),
+            _ => (2.0 * (key + self.key_err)).max(0.0).sqrt(),
+        }
+    }
+
+    pub(super) fn dims(&self) -> usize {
+        self.d
+    }
+}
+
+/// Writes `values` (of length `len`, computed in float64) scaled to unit length to `out`.
+fn unit(values: impl Iterator<Item = f64> + Clone, len: usize, out: &mut [f32]) {
+    debug_assert_eq!(out.len(), len);
+    let norm = values.clone().map(|v| v * v).sum::<f64>().sqrt();
+    for (o, v) in out.iter_mut().zip(values) {
+        *o = (v / norm) as f32;
+    }
+}
+
+/// A bound on how far the centred form of `row` computed in float64 may be from the exact
+/// one, relative to its length.
+fn centring_error(row: &[f32]) -> f64 {
+    let d = row.len() as f64;
+    let mean = row.iter().map(|&x| f64::from(x)).sum::<f64>() / d;
+    let length = row.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>().sqrt();
+    let largest = row.iter().map(|&x| f64::from(x).abs()).fold(0.0, f64::max);
+    4.0 * (d + 2.0) * d.sqrt() * U64 * largest / length
+}
+
+/// Lanes of the f32 sum: enough for the compiler to keep two vector registers of partial
+/// sums.
+const LANES: usize = 16;
+
+/// Sum of squared differences in f32, in [`LANES`] partial sums.
+#[inline]
+fn sq_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (xs, ys) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (x_tail, y_tail) = (xs.remainder(), ys.remainder());
+    for (x, y) in xs.zip(ys) {
+        for l in 0..LANES {
+            let t = x[l] - y[l];
+            acc[l] += t * t;
+        }
+    }
+    let mut sum: f32 = acc.iter().sum();
+    for (x, y) in x_tail.iter().zip(y_tail) {
+        let t = x - y;
+        sum += t * t;
+    }
+    sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The interval of an f32 distance holds the float64 distance between the exact
+    /// vectors, for rows of many magnitudes and for unit rows, and a key's reach holds the
+    /// distance of a point at that key.
+    #[test]
+    fn bounds_hold_the_float64_distances() {
+        let mut state = 0x2545F4914F6CDD1Du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let scale = [1e-20f32, 1e-3, 1.0, 1e4, 1e18][(state % 5) as usize];
+            ((state >> 11) as f32 / (1u64 << 53) as f32 - 0.5) * scale
+        };
+        for d in [1usize, 7, 64, 1000] {
+            let values: Vec<f32> = (0..20 * d).map(|_| next()).collect();
+            let rows = MatrixRef::new(&values, 20, d).unwrap();
+            for metric in [Metric::Euclidean, Metric::Cosine, Metric::Correlation] {
+                if metric == Metric::Correlation && d == 1 {
+                    continue;
+                }
+                let space = Space::new(metric, d, &[rows]);
+                let mut placed = vec![0f32; 20 * d];
+                for (i, out) in placed.chunks_mut(d).enumerate() {
+                    space.place(rows.row(i), out);
+                }
+                for i in 0..20 {
+                    for j in 0..20 {
+                        let (lo, hi) = space.bounds(space.sq(&placed[i * d..][..d], &placed[j * d..][..d]));
+                        let key = metric.rank_key_f64(rows.row(i), rows.row(j));
+                        let exact = match metric {
+                            Metric::Euclidean => key.sqrt(),
+                            _ => (2.0 * key.max(0.0)).sqrt(),
+                        };
+                        assert!(
+                            lo <= exact * (1.0 + 1e-12) && exact <= hi * (1.0 + 1e-12),
+                            "{metric} d={d}: {lo} {exact} {hi}"
+                        );
+                        assert!(space.key_reach(key) >= exact, "{metric} d={d}");
+                    }
+                }
+            }
+        }
+    }
+}
