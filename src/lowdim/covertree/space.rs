@@ -137,16 +137,36 @@ fn centring_error(row: &[f32]) -> f64 {
 /// sums.
 const LANES: usize = 16;
 
-/// Sum of squared differences in f32, in [`LANES`] partial sums.
+/// Sum of squared differences in f32, in [`LANES`] partial sums: with AVX2 and FMA where
+/// the processor has them (the tree's queries spend most of their time here), else with
+/// the target's baseline vectors.
 #[inline]
 fn sq_f32(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the processor has the features the function is compiled for.
+        return unsafe { sq_f32_avx2(a, b) };
+    }
+    sq_f32_lanes::<false>(a, b)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn sq_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
+    sq_f32_lanes::<true>(a, b)
+}
+
+/// `FMA`: each square added in one fused step (one rounding fewer; fused multiply-adds are
+/// only fast where the processor has them).
+#[inline(always)]
+fn sq_f32_lanes<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; LANES];
     let (xs, ys) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let (x_tail, y_tail) = (xs.remainder(), ys.remainder());
     for (x, y) in xs.zip(ys) {
         for l in 0..LANES {
             let t = x[l] - y[l];
-            acc[l] += t * t;
+            acc[l] = if FMA { t.mul_add(t, acc[l]) } else { acc[l] + t * t };
         }
     }
     let mut sum: f32 = acc.iter().sum();
