@@ -59,6 +59,8 @@ pub(super) struct Scratch {
     queries: Vec<f32>,
     open: BinaryHeap<Open>,
     near: Vec<Near>,
+    /// The queries that need one child's distance.
+    need: Vec<Near>,
     best: Vec<Best>,
     popped: Vec<(Key, u32)>,
     points: Vec<(f64, usize)>,
@@ -132,7 +134,7 @@ pub(super) fn nearest(
     mut answer: impl FnMut(usize, &[(f64, u32)]),
 ) {
     debug_assert!(rows.len() <= BATCH);
-    let Scratch { queries, open, near, best, popped, points, answer: list } = scratch;
+    let Scratch { queries, open, near, need, best, popped, points, answer: list } = scratch;
     let (space, nodes, k) = (&tree.space, &tree.nodes, job.k);
     let d = space.dims();
     queries.resize(rows.len() * d, 0.0);
@@ -173,21 +175,24 @@ pub(super) fn nearest(
             let child = nodes[c as usize];
             let vector = tree.vector(c as usize);
             let (start, mut least) = (near.len(), f64::INFINITY);
-            for at in from as usize..to as usize {
-                let Near { query: j, lo: q_lo, hi: q_hi } = near[at];
-                let b = &mut best[j as usize];
-                if q_lo - node.radius > b.reach {
-                    continue;
-                }
-                let via_parent = (q_lo - child.parent_hi).max(child.parent_lo - q_hi);
-                if via_parent - child.radius > b.reach {
-                    continue;
-                }
-                let (lo, hi) = space.bounds(space.sq(&queries[j as usize * d..][..d], vector));
-                meet(b, j as usize, c as usize, lo);
-                if child.children > 0 && lo - child.radius <= b.reach {
-                    near.push(Near { query: j, lo, hi });
-                    least = least.min(lo - child.radius);
+            // The queries that need the child's distance, four at a time.
+            need.clear();
+            need.extend(near[from as usize..to as usize].iter().copied().filter(|q| {
+                let reach = best[q.query as usize].reach;
+                let via_parent = (q.lo - child.parent_hi).max(child.parent_lo - q.hi);
+                q.lo - node.radius <= reach && via_parent - child.radius <= reach
+            }));
+            for group in need.chunks(4) {
+                let query = |i: usize| &queries[group[i.min(group.len() - 1)].query as usize * d..][..d];
+                let sq = space.sq4(vector, [query(0), query(1), query(2), query(3)]);
+                for (q, sq) in group.iter().zip(sq) {
+                    let (j, b) = (q.query as usize, &mut best[q.query as usize]);
+                    let (lo, hi) = space.bounds(sq);
+                    meet(b, j, c as usize, lo);
+                    if child.children > 0 && lo - child.radius <= b.reach {
+                        near.push(Near { query: q.query, lo, hi });
+                        least = least.min(lo - child.radius);
+                    }
                 }
             }
             if near.len() > start {

@@ -91,6 +91,19 @@ impl Space {
         }
     }
 
+    /// `sq` of `vector` and each of four tree vectors, the vector read once for the four.
+    #[inline]
+    pub(super) fn sq4(&self, vector: &[f32], others: [&[f32]; 4]) -> [f64; 4] {
+        let fast = sq4_f32(vector, others);
+        std::array::from_fn(|i| {
+            if fast[i].is_finite() {
+                f64::from(fast[i])
+            } else {
+                crate::metric::sq_euclidean_f64(vector, others[i])
+            }
+        })
+    }
+
     /// The true distance between the exact vectors behind two tree vectors whose `sq` is
     /// `sq`: at least the first, at most the second.
     #[inline]
@@ -154,6 +167,44 @@ fn sq_f32(a: &[f32], b: &[f32]) -> f32 {
 #[target_feature(enable = "avx2,fma")]
 fn sq_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
     sq_f32_lanes::<true>(a, b)
+}
+
+/// [`sq_f32`] of `a` and each of `bs`, with the same lanes and order of additions.
+#[inline]
+fn sq4_f32(a: &[f32], bs: [&[f32]; 4]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the processor has the features the function is compiled for.
+        return unsafe { sq4_f32_avx2(a, bs) };
+    }
+    bs.map(|b| sq_f32_lanes::<false>(a, b))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn sq4_f32_avx2(a: &[f32], bs: [&[f32]; 4]) -> [f32; 4] {
+    let (mut s0, mut s1, mut s2, mut s3) = ([0f32; LANES], [0f32; LANES], [0f32; LANES], [0f32; LANES]);
+    let xs = a.chunks_exact(LANES);
+    let tail = xs.remainder().len();
+    let [b0, b1, b2, b3] = bs.map(|b| b.chunks_exact(LANES));
+    for ((((x, y0), y1), y2), y3) in xs.zip(b0).zip(b1).zip(b2).zip(b3) {
+        for l in 0..LANES {
+            let (t0, t1, t2, t3) = (x[l] - y0[l], x[l] - y1[l], x[l] - y2[l], x[l] - y3[l]);
+            s0[l] = t0.mul_add(t0, s0[l]);
+            s1[l] = t1.mul_add(t1, s1[l]);
+            s2[l] = t2.mul_add(t2, s2[l]);
+            s3[l] = t3.mul_add(t3, s3[l]);
+        }
+    }
+    let finish = |acc: [f32; LANES], b: &[f32]| {
+        let mut sum: f32 = acc.iter().sum();
+        for (x, y) in a[a.len() - tail..].iter().zip(&b[b.len() - tail..]) {
+            let t = x - y;
+            sum += t * t;
+        }
+        sum
+    };
+    [finish(s0, bs[0]), finish(s1, bs[1]), finish(s2, bs[2]), finish(s3, bs[3])]
 }
 
 /// `FMA`: each square added in one fused step (one rounding fewer; fused multiply-adds are
