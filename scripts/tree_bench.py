@@ -8,8 +8,9 @@ each tool timed as a whole process on the same `.npy`; knng's two graphs must be
     python3 scripts/tree_bench.py --n 20000 --only manifold
     KNNG=path python3 scripts/tree_bench.py             # another build
 
-Data sets: (a) `manifold-M-D`: M angles mapped through random sinusoids into D columns
-(intrinsic dimension M); (b) `digits`: scikit-learn's 1797 x 64 digits; (c) `normal-D`:
+Data sets: (a) manifolds of intrinsic dimension M in D columns: `flat-M-D`, M uniform
+coordinates through a random linear map, and `curved-M-D`, M angles through random sinusoids
+(a manifold that folds many times); (b) `digits`: scikit-learn's 1797 x 64 digits; (c) `normal-D`:
 standard normal rows. Each line: the wall time of every tool (seconds, whole process) and
 knng's cover tree as a fraction of each peer.
 """
@@ -40,7 +41,13 @@ np.save(out, np.asarray(idx, dtype=np.int64))
 """
 
 
-def manifold(rng, n, m, d):
+def flat(rng, n, m, d):
+    """M uniform coordinates through a random linear map into D columns."""
+    return (rng.uniform(0.0, 1.0, (n, m)) @ rng.standard_normal((m, d))).astype(np.float32)
+
+
+def curved(rng, n, m, d):
+    """M angles through random sinusoids into D columns: the manifold folds many times."""
     which = rng.integers(0, m, d)
     freq = rng.uniform(0.5, 3.0, d)
     phase = rng.uniform(0.0, 6.3, d)
@@ -51,7 +58,9 @@ def manifold(rng, n, m, d):
 def data_sets(args, rng):
     if args.only in (None, "manifold"):
         for m, d in [(2, 64), (4, 128), (6, 784)]:
-            yield f"manifold-{m}-{d}", manifold(rng, args.n, m, d)
+            yield f"flat-{m}-{d}", flat(rng, args.n, m, d)
+        for m, d in [(2, 64), (4, 128)]:
+            yield f"curved-{m}-{d}", curved(rng, args.n, m, d)
     if args.only in (None, "digits"):
         from sklearn.datasets import load_digits
 
@@ -60,9 +69,13 @@ def data_sets(args, rng):
         yield "normal-32", rng.standard_normal((args.n, 32)).astype(np.float32)
 
 
-def timed(cmd):
+def timed(cmd, limit=None):
+    """Wall seconds of `cmd`, or None past `limit` seconds."""
     start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return None
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr}")
@@ -80,6 +93,7 @@ def main():
     p.add_argument("-k", type=int, default=10)
     p.add_argument("--only", choices=["manifold", "digits", "normal"])
     p.add_argument("--skip", default="", help="comma-separated tools to leave out: mlpack,balltree,brute")
+    p.add_argument("--limit", type=float, default=900, help="seconds a peer may take before it is stopped")
     args = p.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     rng = np.random.default_rng(33)
@@ -101,12 +115,19 @@ def main():
                     sys.exit(f"{name}: the cover tree's graph differs from the brute force's")
             for tool in ("mlpack", "balltree"):
                 if tool not in skip:
-                    times[tool] = timed([sys.executable, peer, tool, path, str(args.k), os.path.join(tmp, f"{tool}.npy")])
-            cells = " ".join(
-                f"{times[t]:>{w}.2f}" if t in times else f"{'-':>{w}}"
-                for t, w in [("covertree", 10), ("brute", 8), ("mlpack", 8), ("balltree", 9)]
+                    cmd = [sys.executable, peer, tool, path, str(args.k), os.path.join(tmp, f"{tool}.npy")]
+                    times[tool] = timed(cmd, args.limit)
+            def cell(t, w):
+                if t not in times:
+                    return f"{'-':>{w}}"
+                return f"{times[t]:>{w}.2f}" if times[t] is not None else f"{'>' + str(int(args.limit)):>{w}}"
+
+            cells = " ".join(cell(t, w) for t, w in [("covertree", 10), ("brute", 8), ("mlpack", 8), ("balltree", 9)])
+            ratios = ", ".join(
+                f"{t} {times['covertree'] / times[t]:.2f}" if times[t] is not None else f"{t} <{times['covertree'] / args.limit:.2f}"
+                for t in ("brute", "mlpack", "balltree")
+                if t in times
             )
-            ratios = ", ".join(f"{t} {times['covertree'] / times[t]:.2f}" for t in ("brute", "mlpack", "balltree") if t in times)
             print(f"{name:>16} {x.shape[0]:>7} {cells}  {ratios}", flush=True)
 
 

@@ -569,7 +569,7 @@ impl Knn {
         }
         check_k(k, corpus.rows(), "the number of corpus rows")?;
         check_rows("corpus", corpus.rows())?;
-        let algorithm = self.choose_algorithm(metric, corpus.cols(), false);
+        let algorithm = self.choose_algorithm(metric, corpus, false);
         if let Some(c) = self.cluster() {
             return self.search_shared(c, algorithm, corpus, queries, shift, k, metric);
         }
@@ -777,11 +777,14 @@ impl Knn {
         // answer does not fit, the tree hands rows over in blocks.
         let tree_bytes = match options.algorithm {
             Algorithm::CoverTree => covertree::tree_bytes(problem.n, problem.d),
-            _ => kdtree::tree_bytes(problem.n, problem.d),
+            Algorithm::KdTree | Algorithm::Hybrid => kdtree::tree_bytes(problem.n, problem.d),
+            Algorithm::Auto | Algorithm::Brute => {
+                covertree::tree_bytes(problem.n, problem.d).max(kdtree::tree_bytes(problem.n, problem.d))
+            }
         };
         let tree_rows = tree_block_rows(problem, tree_bytes, asked.memory);
         let partitioned = asked.block_rows.is_some() || asked.checkpoint || asked.ranks > 1 || tree_rows.is_none();
-        let algorithm = self.choose_algorithm(metric, data.cols(), partitioned);
+        let algorithm = self.choose_algorithm(metric, data, partitioned);
         if algorithm.is_tree() && strategy != Strategy::Single {
             let rows = tree_rows.expect("a tree that fits");
             self.graph_low_dim_in_blocks(algorithm, data, k, metric, rows, sink)?;
@@ -968,18 +971,24 @@ impl Knn {
         Ok(answer)
     }
 
-    /// The algorithm for a problem of `d` columns under `metric` (`partitioned`: the caller
+    /// The algorithm for a problem over `corpus` under `metric` (`partitioned`: the caller
     /// asked for a partitioned graph), told through [`Options::notice`] where it is not brute
-    /// force or where the kd-tree asked for cannot run.
-    fn choose_algorithm(&self, metric: Metric, d: usize, partitioned: bool) -> Algorithm {
-        let asked = strategy::AlgorithmAsked {
+    /// force or where the tree asked for cannot run.
+    fn choose_algorithm(&self, metric: Metric, corpus: MatrixRef<'_>, partitioned: bool) -> Algorithm {
+        let mut asked = strategy::AlgorithmAsked {
             algorithm: self.options.algorithm,
             metric,
-            d,
+            d: corpus.cols(),
             gpu: self.is_gpu(),
             gpu_forced: self.options.backend == Backend::Gpu,
             partitioned,
+            rows: corpus.rows(),
+            intrinsic: None,
         };
+        if strategy::wants_intrinsic_dimension(&asked) {
+            asked.intrinsic = covertree::intrinsic_dimension(corpus, metric);
+            crate::trace::mark(|| format!("intrinsic dimension {:?}", asked.intrinsic));
+        }
         let (chosen, why) = strategy::choose_algorithm(asked);
         if let (Some(notice), Some(why)) = (&self.options.notice, why) {
             notice(&why);

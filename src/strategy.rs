@@ -24,6 +24,12 @@ const AUTO_KD_TREE_DIM_GPU: usize = 2;
 /// beat GPU brute force 2.5x and the kd-tree 1.1-1.7x).
 const AUTO_HYBRID_DIM_GPU: usize = crate::gpu::GRID_MAX_DIMS;
 
+/// Most intrinsic dimension (TwoNN, `lowdim::covertree::intrinsic`) for which
+/// [`Algorithm::Auto`] takes the cover tree where the engine is the CPU, and fewest rows:
+/// below them brute force is as fast (`notes/covertree.md`).
+const AUTO_COVER_TREE_DIM: f64 = 4.5;
+const AUTO_COVER_TREE_ROWS: usize = 50_000;
+
 /// What the caller asked for that bears on the algorithm.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct AlgorithmAsked {
@@ -40,12 +46,28 @@ pub(crate) struct AlgorithmAsked {
     /// The graph is partitioned (the caller asked for blocks, a checkpoint or ranks of a
     /// cluster, or the kd-tree would not fit host memory), which only brute force does.
     pub partitioned: bool,
+    /// Rows of the corpus.
+    pub rows: usize,
+    /// The corpus's intrinsic dimension where [`wants_intrinsic_dimension`] asked for it.
+    pub intrinsic: Option<f64>,
+}
+
+/// Whether [`choose_algorithm`] would read the data's intrinsic dimension: where `auto`
+/// may take the cover tree (the CPU engine, a metric it takes, enough rows, and neither
+/// the kd-tree's case nor a partitioned graph).
+pub(crate) fn wants_intrinsic_dimension(asked: &AlgorithmAsked) -> bool {
+    asked.algorithm == Algorithm::Auto
+        && !asked.gpu
+        && !asked.partitioned
+        && asked.rows >= AUTO_COVER_TREE_ROWS
+        && covertree::handles(asked.metric)
+        && !(kdtree::handles(asked.metric, asked.d) && asked.d <= AUTO_KD_TREE_DIM_CPU)
 }
 
 /// The algorithm that runs (brute force, the kd-tree or the hybrid join), and a message for
 /// the user where it is not brute force or differs from the one asked for.
 pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<String>) {
-    let AlgorithmAsked { algorithm, metric, d, gpu, gpu_forced, partitioned } = asked;
+    let AlgorithmAsked { algorithm, metric, d, gpu, gpu_forced, partitioned, rows: _, intrinsic } = asked;
     let tree_takes = kdtree::handles(metric, d);
     let chosen = |why: String| (Algorithm::KdTree, Some(format!("algorithm: kd-tree on the CPU's threads ({why})")));
     match algorithm {
@@ -111,11 +133,18 @@ pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<Stri
         Algorithm::Auto => {
             let why = format!("{d} dimension{}, {metric}", if d == 1 { "" } else { "s" });
             let most = if gpu { AUTO_KD_TREE_DIM_GPU } else { AUTO_KD_TREE_DIM_CPU };
-            if !tree_takes || partitioned || gpu_forced {
-                (Algorithm::Brute, None)
-            } else if d <= most {
+            let kd_tree = tree_takes && !partitioned && !gpu_forced;
+            if kd_tree && d <= most {
                 chosen(why)
-            } else if gpu && d <= AUTO_HYBRID_DIM_GPU && hybrid::handles(metric, d) {
+            } else if let Some(m) = intrinsic.filter(|&m| wants_intrinsic_dimension(&asked) && m <= AUTO_COVER_TREE_DIM)
+            {
+                (
+                    Algorithm::CoverTree,
+                    Some(format!(
+                        "algorithm: cover tree on the CPU's threads ({why}, intrinsic dimension about {m:.1})"
+                    )),
+                )
+            } else if kd_tree && gpu && d <= AUTO_HYBRID_DIM_GPU && hybrid::handles(metric, d) {
                 (
                     Algorithm::Hybrid,
                     Some(format!(
@@ -263,9 +292,38 @@ mod tests {
     use super::*;
 
     fn algorithm(algorithm: Algorithm, metric: Metric, d: usize, gpu: bool, partitioned: bool) -> (Algorithm, bool) {
-        let (chosen, note) =
-            choose_algorithm(AlgorithmAsked { algorithm, metric, d, gpu, gpu_forced: false, partitioned });
+        let asked =
+            AlgorithmAsked { algorithm, metric, d, gpu, gpu_forced: false, partitioned, rows: 1000, intrinsic: None };
+        let (chosen, note) = choose_algorithm(asked);
         (chosen, note.is_some())
+    }
+
+    #[test]
+    fn auto_takes_the_cover_tree_for_data_of_low_intrinsic_dimension_on_the_cpu() {
+        use Algorithm::{Auto, Brute, CoverTree};
+        let asked = |d, gpu, rows, intrinsic, metric| AlgorithmAsked {
+            algorithm: Auto,
+            metric,
+            d,
+            gpu,
+            gpu_forced: false,
+            partitioned: false,
+            rows,
+            intrinsic,
+        };
+        let many = AUTO_COVER_TREE_ROWS;
+        assert!(wants_intrinsic_dimension(&asked(64, false, many, None, Metric::Euclidean)));
+        assert!(wants_intrinsic_dimension(&asked(4, false, many, None, Metric::Cosine)));
+        assert!(!wants_intrinsic_dimension(&asked(64, true, many, None, Metric::Euclidean)));
+        assert!(!wants_intrinsic_dimension(&asked(64, false, many - 1, None, Metric::Euclidean)));
+        assert!(!wants_intrinsic_dimension(&asked(4, false, many, None, Metric::Euclidean)));
+        assert!(!wants_intrinsic_dimension(&asked(64, false, many, None, Metric::InnerProduct)));
+        let low = Some(AUTO_COVER_TREE_DIM);
+        assert_eq!(choose_algorithm(asked(64, false, many, low, Metric::Euclidean)).0, CoverTree);
+        assert_eq!(choose_algorithm(asked(300, false, many, low, Metric::Correlation)).0, CoverTree);
+        assert_eq!(choose_algorithm(asked(64, false, many, low.map(|m| m + 0.5), Metric::Euclidean)).0, Brute);
+        assert_eq!(choose_algorithm(asked(64, false, many, None, Metric::Euclidean)).0, Brute);
+        assert_eq!(choose_algorithm(asked(64, true, many, low, Metric::Euclidean)).0, Brute);
     }
 
     #[test]
@@ -277,6 +335,8 @@ mod tests {
             gpu: true,
             gpu_forced: true,
             partitioned: false,
+            rows: 1000,
+            intrinsic: None,
         };
         assert_eq!(choose_algorithm(asked(Algorithm::Auto)), (Algorithm::Brute, None));
         assert_eq!(choose_algorithm(asked(Algorithm::KdTree)).0, Algorithm::KdTree);

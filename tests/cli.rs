@@ -694,3 +694,49 @@ fn algorithm_kdtree_gives_the_float64_answer_and_says_what_ran() {
     assert!(!status.contains("by the kd-tree"), "{status}");
     fails(&["graph", s(&c), "-k", "3", "-o", "x.npz", "--algorithm", "balltree"], 2, &["--algorithm", "balltree"]);
 }
+
+/// `--algorithm covertree` on points with shared rows, as a graph and a search: the float64
+/// answer, and a status line that says what ran; brute force, with the reason, for inner
+/// products. `auto` on the CPU takes the cover tree for many rows of low intrinsic dimension
+/// in 16 columns, and says the estimate.
+#[test]
+fn algorithm_covertree_gives_the_float64_answer_and_auto_takes_it_for_low_intrinsic_dimension() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, q) = (dir.path().join("points.npy"), dir.path().join("queries.npy"));
+    let corpus = write_points(&c, 150, 17);
+    let queries = write_points(&q, 20, 18);
+    for search in [false, true] {
+        let out = dir.path().join(format!("cover-{search}.npz"));
+        let mut args = vec!["graph", s(&c)];
+        if search {
+            args = vec!["search", s(&c), "--queries", s(&q)];
+        }
+        args.extend(["-k", "9", "--backend", "cpu", "--algorithm", "covertree", "-o", s(&out)]);
+        let status = ok(&args);
+        assert!(status.contains("algorithm: cover tree") && status.contains("by the cover tree"), "{status}");
+        check_exact(&corpus, if search { &queries } else { &corpus }, &read_npz(&out), !search);
+    }
+    let out = dir.path().join("inner.npz");
+    let args = ["graph", s(&c), "-k", "3", "-m", "inner_product", "--algorithm", "cover-tree", "-o", s(&out)];
+    let status = ok(&args);
+    assert!(status.contains("brute force, as the cover tree does not take inner_product"), "{status}");
+    assert!(!status.contains("by the cover tree"), "{status}");
+
+    // Two uniform coordinates through a fixed linear map into 16 columns.
+    let mut rng = StdRng::seed_from_u64(33);
+    let map: Vec<f32> = (0..32).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let rows: Vec<Vec<f32>> = (0..60_000)
+        .map(|_| {
+            let z = [rng.random_range(0.0f32..1.0), rng.random_range(0.0f32..1.0)];
+            (0..16).map(|c| z[0] * map[c] + z[1] * map[16 + c]).collect()
+        })
+        .collect();
+    let flat = dir.path().join("flat.npy");
+    write_matrix_npy(&flat, &Matrix::from_rows(&rows).unwrap()).unwrap();
+    let status = ok(&["graph", s(&flat), "-k", "4", "--backend", "cpu", "-o", s(&out)]);
+    let said = "algorithm: cover tree on the CPU's threads (16 dimensions, euclidean, intrinsic dimension about ";
+    let estimate: f64 =
+        status.split(said).nth(1).and_then(|r| r.split(')').next()).and_then(|m| m.parse().ok()).unwrap_or(0.0);
+    assert!((1.5..2.6).contains(&estimate), "{status}");
+    assert!(status.contains("by the cover tree"), "{status}");
+}

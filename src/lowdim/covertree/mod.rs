@@ -9,8 +9,11 @@
 //! of `Metric::rank_key_f64` on the original rows, and ties go to the lower row index.
 
 mod build;
+mod intrinsic;
 mod query;
 mod space;
+
+pub(crate) use intrinsic::intrinsic_dimension;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
