@@ -103,6 +103,12 @@ fn cpu_kd_tree_stops() {
 }
 
 #[test]
+fn cpu_cover_tree_stops() {
+    let options = Options { backend: Backend::Cpu, algorithm: Algorithm::CoverTree, ..Options::default() };
+    stops_and_resumes("cpu cover tree", options, 3000, 24, Metric::Cosine);
+}
+
+#[test]
 fn cpu_partitioned_graph_stops() {
     let options = Options { backend: Backend::Cpu, block_rows: Some(500), ..Options::default() };
     stops_and_resumes("cpu partitioned", options, 2000, 16, Metric::SqEuclidean);
