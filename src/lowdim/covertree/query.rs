@@ -5,9 +5,10 @@
 //! A node's subtree lies within its radius of its point, so no point below node p is
 //! nearer to the query q than d(q, p) - radius(p); before computing d(q, c) for a child c,
 //! the triangle through the parent, |d(q, p) - d(p, c)|, bounds it from the distances
-//! already known. Candidates are ranked by their float64 keys; the bounds are those of
-//! `space.rs`, so a point whose key could reach the k-th is never dropped, and points tied
-//! at the k-th key are all kept for the rule of ties by index.
+//! already known. The reach of a query comes from the k least upper bounds on distances met
+//! so far, widened by `Space::reach_of` to every point whose float64 key could be among the
+//! k least; the points met within reach get their float64 keys once the descent ends, so
+//! that points tied at the k-th key are all there for the rule of ties by index.
 //!
 //! The queries of a batch (neighbours of each other, in a graph) descend together: each
 //! node's vector is read once for all the queries that still need it, while it is in cache,
@@ -62,21 +63,25 @@ pub(super) struct Scratch {
     /// The queries that need one child's distance.
     need: Vec<Near>,
     best: Vec<Best>,
-    popped: Vec<(Key, u32)>,
     points: Vec<(f64, usize)>,
     answer: Vec<(f64, u32)>,
 }
 
-/// The best points of one query as they are found.
+/// What one query has found: the points met within reach, and the least upper bounds that
+/// set the reach.
 #[derive(Default)]
 struct Best {
     excluded: u32,
-    /// (key, point) of the best points so far, the farthest on top.
+    /// (upper bound, point) of the points with the least upper bounds on their distance,
+    /// as many as hold k rows, the largest on top.
     heap: BinaryHeap<(Key, u32)>,
     /// Rows (the excluded one left out) of the points in `heap`.
     rows: usize,
-    /// At least the true distance of any point that may still enter the answer.
+    /// At least the true distance of any point whose float64 key may be among the k least:
+    /// `Space::reach_of` the k-th least upper bound.
     reach: f64,
+    /// (lower bound, point) of every point met while its lower bound was within reach.
+    candidates: Vec<(f64, u32)>,
 }
 
 impl Best {
@@ -85,6 +90,7 @@ impl Best {
         self.heap.clear();
         self.rows = 0;
         self.reach = f64::INFINITY;
+        self.candidates.clear();
     }
 
     fn rows_of(&self, tree: &Tree, p: u32) -> usize {
@@ -92,34 +98,33 @@ impl Best {
         rows.len() - usize::from(rows.binary_search(&self.excluded).is_ok())
     }
 
-    /// Takes point `p` at float64 key `key`, then drops the farthest points while the
-    /// others hold k rows without them (points tied at one key leave together).
-    fn offer(&mut self, tree: &Tree, k: usize, p: u32, key: f64, popped: &mut Vec<(Key, u32)>) {
+    /// Meets point `p` at a true distance between `lo` and `hi`.
+    fn meet(&mut self, tree: &Tree, k: usize, p: u32, lo: f64, hi: f64) {
         let rows = self.rows_of(tree, p);
-        if rows == 0 || (self.rows >= k && self.heap.peek().is_some_and(|top| key > top.0 .0)) {
+        if lo > self.reach || rows == 0 {
             return;
         }
-        self.heap.push((Key(key), p));
+        self.candidates.push((lo, p));
+        if self.rows >= k && self.heap.peek().is_some_and(|top| hi >= top.0 .0) {
+            return;
+        }
+        self.heap.push((Key(hi), p));
         self.rows += rows;
-        while let Some(&(top, q)) = self.heap.peek() {
-            if self.rows - self.rows_of(tree, q) < k {
+        while let Some(&(_, q)) = self.heap.peek() {
+            let without = self.rows - self.rows_of(tree, q);
+            if without < k {
                 break;
             }
-            popped.clear();
-            let mut leaving = 0;
-            while let Some(&entry) = self.heap.peek().filter(|e| e.0 == top) {
-                self.heap.pop();
-                leaving += self.rows_of(tree, entry.1);
-                popped.push(entry);
-            }
-            if self.rows - leaving < k {
-                self.heap.extend(popped.drain(..));
-                break;
-            }
-            self.rows -= leaving;
+            self.heap.pop();
+            self.rows = without;
         }
         if self.rows >= k {
-            self.reach = tree.space.key_reach(self.heap.peek().expect("k >= 1 rows").0 .0);
+            self.reach = tree.space.reach_of(self.heap.peek().expect("k >= 1 rows").0 .0);
+            // Candidates that fell out of reach, dropped now and then.
+            if self.candidates.len() > 4 * k + 64 {
+                let reach = self.reach;
+                self.candidates.retain(|c| c.0 <= reach);
+            }
         }
     }
 }
@@ -134,7 +139,7 @@ pub(super) fn nearest(
     mut answer: impl FnMut(usize, &[(f64, u32)]),
 ) {
     debug_assert!(rows.len() <= BATCH);
-    let Scratch { queries, open, near, need, best, popped, points, answer: list } = scratch;
+    let Scratch { queries, open, near, need, best, points, answer: list } = scratch;
     let (space, nodes, k) = (&tree.space, &tree.nodes, job.k);
     let d = space.dims();
     queries.resize(rows.len() * d, 0.0);
@@ -145,19 +150,11 @@ pub(super) fn nearest(
     }
     open.clear();
     near.clear();
-    // Query j meets point p at lower bound `lo`: its float64 key is taken where it may be
-    // within reach.
-    let mut meet = |best: &mut Best, j: usize, p: usize, lo: f64| {
-        if lo <= best.reach {
-            let key = job.metric.rank_key_f64(job.queries.row(rows[j]), job.corpus.row(tree.row_of(p)));
-            best.offer(tree, k, p as u32, key, popped);
-        }
-    };
     // The root, for every query.
     let (root, mut least) = (nodes[0], f64::INFINITY);
     for j in 0..rows.len() {
         let (lo, hi) = space.bounds(space.sq(&queries[j * d..][..d], tree.vector(0)));
-        meet(&mut best[j], j, 0, lo);
+        best[j].meet(tree, k, 0, lo, hi);
         if root.children > 0 && lo - root.radius <= best[j].reach {
             near.push(Near { query: j as u32, lo, hi });
             least = least.min(lo - root.radius);
@@ -186,9 +183,9 @@ pub(super) fn nearest(
                 let query = |i: usize| &queries[group[i.min(group.len() - 1)].query as usize * d..][..d];
                 let sq = space.sq4(vector, [query(0), query(1), query(2), query(3)]);
                 for (q, sq) in group.iter().zip(sq) {
-                    let (j, b) = (q.query as usize, &mut best[q.query as usize]);
+                    let b = &mut best[q.query as usize];
                     let (lo, hi) = space.bounds(sq);
-                    meet(b, j, c as usize, lo);
+                    b.meet(tree, k, c, lo, hi);
                     if child.children > 0 && lo - child.radius <= b.reach {
                         near.push(Near { query: q.query, lo, hi });
                         least = least.min(lo - child.radius);
@@ -200,9 +197,16 @@ pub(super) fn nearest(
             }
         }
     }
+    // The float64 keys of the candidates still within reach: every point whose key may be
+    // among the k least.
     for (j, b) in best[..rows.len()].iter_mut().enumerate() {
+        let query_row = job.queries.row(rows[j]);
         points.clear();
-        points.extend(b.heap.drain().map(|(Key(key), p)| (key, p as usize)));
+        points.extend(
+            b.candidates.iter().filter(|c| c.0 <= b.reach).map(|&(_, p)| {
+                (job.metric.rank_key_f64(query_row, job.corpus.row(tree.row_of(p as usize))), p as usize)
+            }),
+        );
         points.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let kth = kth_row_key(tree, k, b.excluded, points).unwrap_or(f64::INFINITY);
         answer(j, rows_answer(tree, k, b.excluded, kth, points, list));

@@ -122,6 +122,18 @@ impl Space {
         }
     }
 
+    /// At least the true distance of any point whose float64 key is at most that of some
+    /// point at a true distance of at most `distance`: beyond it, no point can have a key
+    /// among the k least where k rows lie within `distance`.
+    #[inline]
+    pub(super) fn reach_of(&self, distance: f64) -> f64 {
+        let key = match self.metric {
+            Metric::Euclidean | Metric::SqEuclidean => distance * distance * (1.0 + self.key_err),
+            _ => 0.5 * distance * distance + self.key_err,
+        };
+        self.key_reach(key)
+    }
+
     pub(super) fn dims(&self) -> usize {
         self.d
     }
@@ -253,6 +265,10 @@ mod tests {
                     continue;
                 }
                 let space = Space::new(metric, d, &[rows]);
+                let chord = |key: f64| match metric {
+                    Metric::Euclidean => key.sqrt(),
+                    _ => (2.0 * key.max(0.0)).sqrt(),
+                };
                 let mut placed = vec![0f32; 20 * d];
                 for (i, out) in placed.chunks_mut(d).enumerate() {
                     space.place(rows.row(i), out);
@@ -261,15 +277,21 @@ mod tests {
                     for j in 0..20 {
                         let (lo, hi) = space.bounds(space.sq(&placed[i * d..][..d], &placed[j * d..][..d]));
                         let key = metric.rank_key_f64(rows.row(i), rows.row(j));
-                        let exact = match metric {
-                            Metric::Euclidean => key.sqrt(),
-                            _ => (2.0 * key.max(0.0)).sqrt(),
-                        };
+                        let exact = chord(key);
                         assert!(
                             lo <= exact * (1.0 + 1e-12) && exact <= hi * (1.0 + 1e-12),
                             "{metric} d={d}: {lo} {exact} {hi}"
                         );
                         assert!(space.key_reach(key) >= exact, "{metric} d={d}");
+                        assert!(space.reach_of(exact) >= space.key_reach(key), "{metric} d={d}");
+                        // Four at a time, as the queries compute them.
+                        let others = [0, 3, 7, j];
+                        let four = space.sq4(&placed[i * d..][..d], others.map(|r| &placed[r * d..][..d]));
+                        for (sq, other) in four.into_iter().zip(others) {
+                            let (lo, hi) = space.bounds(sq);
+                            let exact = chord(metric.rank_key_f64(rows.row(i), rows.row(other)));
+                            assert!(lo <= exact * (1.0 + 1e-12) && exact <= hi * (1.0 + 1e-12), "{metric} d={d}: four");
+                        }
                     }
                 }
             }
