@@ -996,7 +996,7 @@ impl Knn {
         chosen
     }
 
-    /// [`Knn::run`] by the kd-tree or the hybrid join.
+    /// [`Knn::run`] by a tree: the kd-tree, the hybrid join or the cover tree.
     fn run_low_dim(&self, task: &Task<'_>) -> Result<Neighbors> {
         let (nq, k) = (task.queries.rows(), task.k);
         let (mut indices, mut distances) = task.answers.take(nq * k);
@@ -1012,9 +1012,9 @@ impl Knn {
         Ok(Neighbors { indices, distances, queries: nq, k })
     }
 
-    /// The graph of `data` by the kd-tree or the hybrid join, handed to `sink` in blocks of
-    /// `rows` rows as they are answered, for graphs whose answer does not fit host memory
-    /// whole.
+    /// The graph of `data` by a tree (the kd-tree, the hybrid join or the cover tree),
+    /// handed to `sink` in blocks of `rows` rows as they are answered, for graphs whose
+    /// answer does not fit host memory whole.
     fn graph_low_dim_in_blocks(
         &self,
         algorithm: Algorithm,
@@ -1046,8 +1046,8 @@ impl Knn {
         self.answer_low_dim(algorithm, &job, Answers::Blocks { rows, sink: &mut hand_over })
     }
 
-    /// Answers `job` by `algorithm` (the kd-tree, or the hybrid join where the engine is a
-    /// GPU), reporting progress and recording the run's statistics.
+    /// Answers `job` by `algorithm` (the kd-tree, the cover tree, or the hybrid join where
+    /// the engine is a GPU), reporting progress and recording the run's statistics.
     fn answer_low_dim(&self, algorithm: Algorithm, job: &TreeJob<'_>, answers: Answers<'_>) -> Result<()> {
         let started = std::time::Instant::now();
         let nq = job.queries.rows();
