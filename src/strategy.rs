@@ -70,16 +70,13 @@ pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<Stri
     let AlgorithmAsked { algorithm, metric, d, gpu, gpu_forced, partitioned, rows: _, intrinsic } = asked;
     let tree_takes = kdtree::handles(metric, d);
     let chosen = |why: String| (Algorithm::KdTree, Some(format!("algorithm: kd-tree on the CPU's threads ({why})")));
+    let unpartitioned = |tree: &str| {
+        let why = "does not partition a graph into blocks (asked for, or needed to fit the memory limit)";
+        (Algorithm::Brute, Some(format!("algorithm: brute force, as the {tree} {why}")))
+    };
     match algorithm {
         Algorithm::Brute => (Algorithm::Brute, None),
-        Algorithm::KdTree if partitioned => (
-            Algorithm::Brute,
-            Some(
-                "algorithm: brute force, as the kd-tree does not partition a graph into blocks (asked for, or \
-                  needed to fit the memory limit)"
-                    .into(),
-            ),
-        ),
+        Algorithm::KdTree if partitioned => unpartitioned("kd-tree"),
         Algorithm::KdTree if !tree_takes => (
             Algorithm::Brute,
             Some(format!(
@@ -89,14 +86,7 @@ pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<Stri
             )),
         ),
         Algorithm::KdTree => chosen("asked for".into()),
-        Algorithm::Hybrid if partitioned => (
-            Algorithm::Brute,
-            Some(
-                "algorithm: brute force, as the hybrid join does not partition a graph into blocks (asked for, or \
-                  needed to fit the memory limit)"
-                    .into(),
-            ),
-        ),
+        Algorithm::Hybrid if partitioned => unpartitioned("hybrid join"),
         Algorithm::Hybrid if !hybrid::handles(metric, d) => (
             Algorithm::Brute,
             Some(format!(
@@ -108,14 +98,7 @@ pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<Stri
         Algorithm::Hybrid if !gpu => {
             chosen("the hybrid join asked for, with no GPU engine: the kd-tree does all".into())
         }
-        Algorithm::CoverTree if partitioned => (
-            Algorithm::Brute,
-            Some(
-                "algorithm: brute force, as the cover tree does not partition a graph into blocks (asked for, or \
-                  needed to fit the memory limit)"
-                    .into(),
-            ),
-        ),
+        Algorithm::CoverTree if partitioned => unpartitioned("cover tree"),
         Algorithm::CoverTree if !covertree::handles(metric) => (
             Algorithm::Brute,
             Some(format!("algorithm: brute force, as the cover tree does not take {metric} distances")),
