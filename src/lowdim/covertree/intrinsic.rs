@@ -61,13 +61,7 @@ mod tests {
     /// linear map: estimates near 2, 3 and 6.
     #[test]
     fn estimates_the_dimension_of_linear_embeddings() {
-        let mut state = 0x2545F4914F6CDD1Du64;
-        let mut uniform = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 11) as f32 / (1u64 << 53) as f32
-        };
+        let mut uniform = super::super::uniform(0x2545F4914F6CDD1D);
         let d = 40;
         let map: Vec<f32> = (0..6 * d).map(|_| uniform() - 0.5).collect();
         for m in [2usize, 3, 6] {

@@ -85,6 +85,19 @@ pub(crate) fn knn(job: &TreeJob<'_>, answers: Answers<'_>, report: &(dyn Fn(usiz
     })
 }
 
+/// Uniform values in [0, 1) from a xorshift generator, for the unit tests (which take no
+/// RNG dependency, as elsewhere in the crate).
+#[cfg(test)]
+fn uniform(seed: u64) -> impl FnMut() -> f32 {
+    let mut state = seed;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f32 / (1u64 << 53) as f32
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,13 +108,7 @@ mod tests {
     #[test]
     fn answers_equal_a_float64_brute_force() {
         let (n, d, k) = (2000, 64, 10);
-        let mut state = 0x9E3779B97F4A7C15u64;
-        let mut uniform = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 11) as f32 / (1u64 << 53) as f32
-        };
+        let mut uniform = uniform(0x9E3779B97F4A7C15);
         let maps: Vec<(usize, f32, f32)> =
             (0..d).map(|_| ((uniform() * 2.0) as usize % 2, 0.5 + 2.5 * uniform(), 6.3 * uniform())).collect();
         let mut values = Vec::with_capacity(n * d);

@@ -249,13 +249,10 @@ mod tests {
     /// distance of a point at that key.
     #[test]
     fn bounds_hold_the_float64_distances() {
-        let mut state = 0x2545F4914F6CDD1Du64;
+        let mut uniform = super::super::uniform(0x2545F4914F6CDD1D);
         let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let scale = [1e-20f32, 1e-3, 1.0, 1e4, 1e18][(state % 5) as usize];
-            ((state >> 11) as f32 / (1u64 << 53) as f32 - 0.5) * scale
+            let scale = [1e-20f32, 1e-3, 1.0, 1e4, 1e18][((uniform() * 5.0) as usize).min(4)];
+            (uniform() - 0.5) * scale
         };
         for d in [1usize, 7, 64, 1000] {
             let values: Vec<f32> = (0..20 * d).map(|_| next()).collect();
