@@ -48,6 +48,7 @@ mod engine;
 mod error;
 #[doc(hidden)]
 pub mod gpu;
+mod index;
 pub mod io;
 mod lowdim;
 mod memory;
@@ -66,6 +67,7 @@ pub use cluster::{launched_ranks, Cluster};
 pub use data::{FinishedRows, Matrix, MatrixRef, Neighbors};
 pub use error::{Error, Result};
 pub use gpu::{adapters, missing_gpu_hint, AdapterReport, BudgetOrigin, GpuTimes};
+pub use index::Index;
 pub use memory::{available_host_memory, check_host_memory, host_memory_estimate};
 pub use metric::Metric;
 pub use partition::checkpoint::remove as remove_checkpoint;

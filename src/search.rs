@@ -417,7 +417,7 @@ pub struct Knn {
     more_engines: Vec<Engine>,
     /// Whether the caller listed the devices (rather than the machine's identical GPUs).
     devices_listed: bool,
-    options: Options,
+    pub(crate) options: Options,
     last: std::sync::Mutex<RunStats>,
 }
 
@@ -974,7 +974,7 @@ impl Knn {
     /// The algorithm for a problem over `corpus` under `metric` (`partitioned`: the caller
     /// asked for a partitioned graph), told through [`Options::notice`] where it is not brute
     /// force or where the tree asked for cannot run.
-    fn choose_algorithm(&self, metric: Metric, corpus: MatrixRef<'_>, partitioned: bool) -> Algorithm {
+    pub(crate) fn choose_algorithm(&self, metric: Metric, corpus: MatrixRef<'_>, partitioned: bool) -> Algorithm {
         let mut asked = strategy::AlgorithmAsked {
             algorithm: self.options.algorithm,
             metric,
@@ -1008,7 +1008,33 @@ impl Knn {
             metric: task.metric,
             interrupt: self.options.interrupt.clone(),
         };
-        self.answer_low_dim(task.algorithm, &job, Answers::Whole { indices: &mut indices, distances: &mut distances })?;
+        let answers = Answers::Whole { indices: &mut indices, distances: &mut distances };
+        self.answer_low_dim(task.algorithm, &job, None, answers)?;
+        Ok(Neighbors { indices, distances, queries: nq, k })
+    }
+
+    /// [`Knn::search`] of `corpus` by `tree`, a cover tree built over it under `metric`.
+    pub(crate) fn search_tree(
+        &self,
+        tree: covertree::TreeRef<'_>,
+        corpus: MatrixRef<'_>,
+        queries: MatrixRef<'_>,
+        k: usize,
+        metric: Metric,
+    ) -> Result<Neighbors> {
+        prepare::validate("corpus", corpus, metric)?;
+        prepare::validate("queries", queries, metric)?;
+        if corpus.cols() != queries.cols() {
+            return Err(Error::DimensionMismatch { corpus: corpus.cols(), queries: queries.cols() });
+        }
+        check_k(k, corpus.rows(), "the number of corpus rows")?;
+        let nq = queries.rows();
+        crate::memory::check_host_memory(0, nq, corpus.cols(), k, 0, self.options.max_host_memory)?;
+        let exclude = vec![NONE; nq];
+        let job = TreeJob { corpus, queries, exclude: &exclude, k, metric, interrupt: self.options.interrupt.clone() };
+        let (mut indices, mut distances) = AnswerMemory::default().take(nq * k);
+        let answers = Answers::Whole { indices: &mut indices, distances: &mut distances };
+        self.answer_low_dim(Algorithm::CoverTree, &job, Some(tree), answers)?;
         Ok(Neighbors { indices, distances, queries: nq, k })
     }
 
@@ -1043,12 +1069,19 @@ impl Knn {
             metric,
             interrupt: self.options.interrupt.clone(),
         };
-        self.answer_low_dim(algorithm, &job, Answers::Blocks { rows, sink: &mut hand_over })
+        self.answer_low_dim(algorithm, &job, None, Answers::Blocks { rows, sink: &mut hand_over })
     }
 
     /// Answers `job` by `algorithm` (the kd-tree, the cover tree, or the hybrid join where
-    /// the engine is a GPU), reporting progress and recording the run's statistics.
-    fn answer_low_dim(&self, algorithm: Algorithm, job: &TreeJob<'_>, answers: Answers<'_>) -> Result<()> {
+    /// the engine is a GPU), reporting progress and recording the run's statistics; the
+    /// cover tree is `tree` where one was built before.
+    fn answer_low_dim(
+        &self,
+        algorithm: Algorithm,
+        job: &TreeJob<'_>,
+        tree: Option<covertree::TreeRef<'_>>,
+        answers: Answers<'_>,
+    ) -> Result<()> {
         let started = std::time::Instant::now();
         let nq = job.queries.rows();
         let progress = self.options.progress.clone();
@@ -1067,7 +1100,7 @@ impl Knn {
                 stats.rows_on_grid = run.gpu_rows;
                 stats.rows_proven_by_grid = run.gpu_proven;
             }
-            (_, Algorithm::CoverTree) => covertree::knn(job, answers, &report)?,
+            (_, Algorithm::CoverTree) => covertree::knn(job, tree, answers, &report)?,
             _ => {
                 stats.algorithm = Algorithm::KdTree;
                 kdtree::knn(job, answers, &report)?;

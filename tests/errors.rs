@@ -247,3 +247,61 @@ fn kd_tree_graphs_beyond_the_memory_limit_are_streamed_in_blocks() {
     .unwrap();
     assert_eq!((rows, knn.last_run().algorithm), (8000, Algorithm::Brute), "a tree beyond the limit");
 }
+
+/// An index file changed in any byte, cut short at any length, lengthened, or written in
+/// another format version is refused with a message that names the file and says what is
+/// wrong; the file itself loads and answers.
+#[test]
+fn damaged_index_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("grid.knng");
+    let knn =
+        Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::CoverTree, ..Options::default() }).unwrap();
+    let data = grid(40, 3);
+    knn.build_index(data.view(), Metric::Cosine).unwrap().save(&path).unwrap();
+    let good = std::fs::read(&path).unwrap();
+    let index = knng::Index::load(&path).unwrap();
+    // The grid repeats rows: 19 distinct points among its 40.
+    assert_eq!(index.points(), Some(19));
+    let found = knn.search_index(&index, data.view(), 1).unwrap();
+    assert_eq!(found, knn.search(data.view(), data.view(), 1, Metric::Cosine).unwrap());
+    assert_eq!(knng::Index::from_bytes(&good).unwrap().corpus().as_slice(), data.as_slice());
+
+    let refused = |bytes: &[u8], what: &str| -> String {
+        std::fs::write(&path, bytes).unwrap();
+        let e = knng::Index::load(&path).expect_err(what).to_string();
+        assert!(e.starts_with(&path.display().to_string()), "{what}: {e}");
+        let e2 = knng::Index::from_bytes(bytes).expect_err(what).to_string();
+        assert!(e2.contains(e.split(": ").last().unwrap()), "{what}: {e} / {e2}");
+        e
+    };
+    for at in 0..good.len() {
+        let mut bad = good.clone();
+        bad[at] ^= 0x10;
+        refused(&bad, &format!("byte {at} changed"));
+    }
+    for len in 0..good.len() {
+        let e = refused(&good[..len], &format!("cut to {len} bytes"));
+        assert!(
+            ["empty", "truncated", "not a knng index", "checksum", "padding"].iter().any(|w| e.contains(w)),
+            "cut to {len}: {e}"
+        );
+    }
+    let mut longer = good.clone();
+    longer.extend([0u8; 8]);
+    assert!(refused(&longer, "lengthened").contains("follow its last array"));
+    let e = refused(&good[..good.len() / 2], "cut in half");
+    assert!(e.contains("truncated") && e.contains(&(good.len() / 2).to_string()), "{e}");
+    let e = refused(b"KNNGINDX", "magic alone");
+    assert!(e.contains("truncated"), "{e}");
+    let mut npy = good.clone();
+    npy[..6].copy_from_slice(b"\x93NUMPY");
+    assert!(refused(&npy, "another kind of file").contains("not a knng index"));
+    let mut newer = good.clone();
+    newer[8] = 2;
+    let e = refused(&newer, "format 2");
+    assert!(e.contains("index format 2") && e.contains("reads format 1") && e.contains("build the index again"), "{e}");
+    let mut header = good.clone();
+    header[60] ^= 1;
+    assert!(refused(&header, "header").contains("header fails its checksum"));
+}

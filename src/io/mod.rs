@@ -22,6 +22,7 @@
 
 mod atomic;
 mod binary;
+mod checksum;
 mod h5_layout;
 mod mtx;
 mod npy;
@@ -331,12 +332,24 @@ pub fn refuse_overwriting_inputs(output: &Path, inputs: &[&Path]) -> Result<()> 
 }
 
 pub use atomic::remove_partial_outputs;
-pub(crate) use atomic::Partial;
+pub(crate) use atomic::{write as write_whole, Partial, Sink};
+pub(crate) use binary::map_file;
+pub(crate) use checksum::checksum;
 
 /// Checks, before any work is done, that `path` has an output extension [`write_neighbors`]
 /// knows and that its directory exists and accepts new files.
 pub fn check_output_path(path: &Path) -> Result<()> {
     OutputFormat::of(path)?;
+    atomic::check_writable(path)
+}
+
+/// Refuses, before any work is done, a path an index cannot be saved to: one without the
+/// `.knng` extension (so that no input is overwritten by mistake), or one that cannot be
+/// written.
+pub fn check_index_path(path: &Path) -> Result<()> {
+    if path.extension().and_then(|e| e.to_str()).is_none_or(|e| !e.eq_ignore_ascii_case("knng")) {
+        return Err(Error::file(path, "an index is written to a file named *.knng"));
+    }
     atomic::check_writable(path)
 }
 

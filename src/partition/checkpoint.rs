@@ -11,7 +11,6 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use rayon::prelude::*;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::blocks::{BlockPlan, Job};
@@ -36,7 +35,7 @@ impl Manifest {
         let entries = vec![
             ("rows", data.rows().to_string()),
             ("cols", data.cols().to_string()),
-            ("data", format!("{:016x}", fingerprint(data.as_slice()))),
+            ("data", format!("{:016x}", crate::io::checksum(bytemuck::cast_slice(data.as_slice())))),
             ("k", k.to_string()),
             ("metric", metric.name().to_string()),
             ("include_self", include_self.to_string()),
@@ -77,14 +76,6 @@ impl Manifest {
         }
         Ok(differ)
     }
-}
-
-/// A fingerprint of the values: xxh3 of 16 MiB pieces, hashed in parallel, then of their
-/// hashes.
-fn fingerprint(values: &[f32]) -> u64 {
-    const PIECE: usize = 4 << 20;
-    let hashes: Vec<u64> = values.par_chunks(PIECE).map(|piece| xxh3_64(bytemuck::cast_slice(piece))).collect();
-    xxh3_64(bytemuck::cast_slice(&hashes))
 }
 
 /// An open checkpoint directory.

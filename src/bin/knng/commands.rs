@@ -1,4 +1,4 @@
-//! `graph`, `search` and `info`.
+//! `graph`, `search`, `index` and `info`.
 
 use std::io::Write;
 use std::path::Path;
@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use knng::io::{self, MatrixFile};
-use knng::{Error, Knn, Matrix, MatrixRef, Options};
+use knng::{Error, Index, Knn, Matrix, MatrixRef, Metric, Options};
 
 use crate::progress::Bar;
 use crate::ranks::Ranks;
-use crate::{say, EngineArgs, Failure, GraphArgs, Outcome, SearchArgs};
+use crate::{say, EngineArgs, Failure, GraphArgs, IndexBuildArgs, Outcome, SearchArgs};
 
 impl EngineArgs {
     /// Opens the backend, reporting progress through `bar`.
@@ -288,7 +288,7 @@ pub fn graph(a: GraphArgs, ranks: &Ranks) -> Outcome {
     let out = &a.problem.output;
     io::check_output_path(out)?;
     let k = a.problem.k as usize;
-    let metric = a.problem.metric;
+    let metric = a.problem.metric.unwrap_or(Metric::Euclidean);
     let file = open(&a.input)?;
     io::refuse_overwriting_inputs(out, &[file.path()])?;
     let n = file.rows();
@@ -339,10 +339,13 @@ pub fn graph(a: GraphArgs, ranks: &Ranks) -> Outcome {
 }
 
 pub fn search(a: SearchArgs, ranks: &Ranks) -> Outcome {
+    if Index::is_index_file(&a.corpus) {
+        return search_index(a, ranks);
+    }
     let out = &a.problem.output;
     io::check_output_path(out)?;
     let k = a.problem.k as usize;
-    let metric = a.problem.metric;
+    let metric = a.problem.metric.unwrap_or(Metric::Euclidean);
     let corpus_file = open(&a.corpus)?;
     let query_file = open(&a.queries)?;
     io::refuse_overwriting_inputs(out, &[corpus_file.path(), query_file.path()])?;
@@ -391,6 +394,98 @@ pub fn search(a: SearchArgs, ranks: &Ranks) -> Outcome {
         elapsed,
         out,
     );
+    Ok(())
+}
+
+/// `knng search INDEX.knng`: the queries against a saved index, under its metric.
+fn search_index(a: SearchArgs, ranks: &Ranks) -> Outcome {
+    let out = &a.problem.output;
+    io::check_output_path(out)?;
+    let k = a.problem.k as usize;
+    let start = Instant::now();
+    let index = Index::load(&a.corpus)?;
+    let metric = index.metric();
+    if let Some(asked) = a.problem.metric.filter(|&m| m != metric) {
+        return Err(Failure(format!(
+            "{} was built for {metric} distances, not {asked}: leave out --metric, or build an index for {asked}",
+            a.corpus
+        )));
+    }
+    let engine = a.engine.for_rank(ranks);
+    engine.status(format!("loaded {}: {} in {}", a.corpus, describe(&index), seconds(start.elapsed().as_secs_f64())));
+    let query_file = open(&a.queries)?;
+    io::refuse_overwriting_inputs(out, &[Path::new(&a.corpus), query_file.path()])?;
+    let (n, d) = (index.corpus().rows(), index.corpus().cols());
+    if query_file.cols() != d {
+        return Err(Failure(format!(
+            "dimension mismatch: index {} has {d} columns but queries {} have {}",
+            a.corpus,
+            a.queries,
+            query_file.cols()
+        )));
+    }
+    if k > n {
+        return Err(Failure(format!("-k {k} is too large: index {} has only {n} rows", a.corpus)));
+    }
+    io::check_output_space(out, query_file.rows(), k)?;
+    engine.check_memory(0, query_file.rows(), d, k, input_bytes(&query_file))?;
+    let queries = read(&query_file, &a.queries, &engine)?;
+    let bar = Bar::new(engine.quiet, "search");
+    let knn = engine.open(false, &bar)?;
+    engine.explain_backend(&knn);
+    engine.status(format!("backend {}", knn.description()));
+    let start = Instant::now();
+    let nb = knn
+        .search_index(&index, queries.view(), k)
+        .map_err(|e| in_file(e, &[("corpus", &a.corpus), ("queries", &a.queries)]))?;
+    let elapsed = start.elapsed().as_secs_f64();
+    drop(bar);
+    if !ranks.leads() {
+        return Ok(());
+    }
+    io::write_neighbors(out, &nb, n)?;
+    let nq = queries.view().rows();
+    let summary =
+        format!("search: {nq} quer{} in {n} row{}, k = {k}, {metric}", if nq == 1 { "y" } else { "ies" }, plural(n));
+    finish(&engine, &knn, summary, nq, elapsed, out);
+    Ok(())
+}
+
+/// What an index holds, e.g. `a cover tree over 1000 rows (998 distinct) x 64 columns, cosine`.
+fn describe(index: &Index) -> String {
+    let (n, d, metric) = (index.corpus().rows(), index.corpus().cols(), index.metric());
+    match index.points() {
+        Some(points) => {
+            format!("a cover tree over {n} row{} ({points} distinct) x {d} column{}, {metric}", plural(n), plural(d))
+        }
+        None => format!("{n} row{} x {d} column{} (no tree), {metric}", plural(n), plural(d)),
+    }
+}
+
+/// `knng index build`.
+pub fn index_build(a: IndexBuildArgs) -> Outcome {
+    let out = &a.output;
+    io::check_index_path(out)?;
+    let file = open(&a.input)?;
+    io::refuse_overwriting_inputs(out, &[file.path()])?;
+    let mut engine = a.engine.clone();
+    engine.check_input_memory(&a.input, input_bytes(&file))?;
+    let data = read(&file, &a.input, &engine)?;
+    let bar = Bar::new(engine.quiet, "index");
+    let knn = engine.open(false, &bar)?;
+    let start = Instant::now();
+    let index = knn.build_index(data.view(), a.metric).map_err(|e| in_file(e, &[("data", &a.input)]))?;
+    let built = start.elapsed().as_secs_f64();
+    index.save(out)?;
+    drop(bar);
+    engine.status(format!("index: {} built in {}; wrote {}", describe(&index), seconds(built), out.display()));
+    Ok(())
+}
+
+/// `knng index info`.
+pub fn index_info(path: &Path) -> Outcome {
+    let index = Index::load(path)?;
+    say(format_args!("{}: {}", path.display(), describe(&index)));
     Ok(())
 }
 

@@ -36,8 +36,13 @@ struct Cli {
 enum Command {
     /// The kNN graph of a file: for every row, its k nearest other rows.
     Graph(GraphArgs),
-    /// For every row of QUERIES, its k nearest rows of CORPUS.
+    /// For every row of QUERIES, its k nearest rows of CORPUS (a vector file, or an index
+    /// that `knng index build` saved).
     Search(SearchArgs),
+    /// Builds an index of a file and saves it, to be searched again and again; or says what
+    /// an index holds.
+    #[command(subcommand)]
+    Index(IndexCommand),
     /// Lists the GPU adapters wgpu sees and the one `--backend auto` would use.
     Info,
     /// Builds the kNN graph of seeded synthetic data, checks it against a float64 brute
@@ -125,8 +130,9 @@ struct Problem {
     #[arg(short = 'k', value_name = "K", value_parser = at_least(1))]
     k: u64,
     /// euclidean (l2), sqeuclidean, cosine, correlation (pearson), or inner_product (ip).
-    #[arg(long, short = 'm', default_value = "euclidean", value_name = "METRIC")]
-    metric: Metric,
+    /// Default: euclidean, or the metric an index was built for.
+    #[arg(long, short = 'm', value_name = "METRIC")]
+    metric: Option<Metric>,
     /// Output file: .npz, .ivecs (distances go to a .fvecs beside it), .csv or .mtx.
     #[arg(long, short = 'o', value_name = "OUT")]
     output: PathBuf,
@@ -164,6 +170,36 @@ struct SearchArgs {
     queries: String,
     #[command(flatten)]
     problem: Problem,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(Subcommand)]
+enum IndexCommand {
+    /// Builds an index of INPUT and saves it to a .knng file: with --algorithm covertree a
+    /// cover tree over the rows, with brute the rows alone, with auto (the default) a cover
+    /// tree where the data's estimated intrinsic dimension is low. `knng search FILE.knng
+    /// --queries Q` searches it.
+    Build(IndexBuildArgs),
+    /// Says what an index file holds, after checking it.
+    Info {
+        /// The index file.
+        #[arg(value_name = "INDEX")]
+        index: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct IndexBuildArgs {
+    /// Input vectors (a path, or FILE.hdf5:DATASET).
+    #[arg(value_name = "INPUT")]
+    input: String,
+    /// The metric its searches use (see `knng graph --help`).
+    #[arg(long, short = 'm', default_value = "euclidean", value_name = "METRIC")]
+    metric: Metric,
+    /// The index file to write (*.knng).
+    #[arg(long, short = 'o', value_name = "OUT")]
+    output: PathBuf,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -359,7 +395,8 @@ fn main() -> ExitCode {
             Command::Search(a) => Some(&a.engine),
             Command::Demo(a) => Some(&a.engine),
             Command::Bench(a) => Some(&a.engine),
-            Command::Info => None,
+            Command::Index(IndexCommand::Build(a)) => Some(&a.engine),
+            Command::Info | Command::Index(IndexCommand::Info { .. }) => None,
         };
         if let Some(engine) = engine {
             engine.size_thread_pool()?;
@@ -368,6 +405,10 @@ fn main() -> ExitCode {
             Command::Graph(a) => commands::graph(a, ranks),
             Command::Search(a) => commands::search(a, ranks),
             Command::Info => commands::info(ranks),
+            // An index is built and described by rank 0 of a job alone.
+            Command::Index(_) if !ranks.leads() => Ok(()),
+            Command::Index(IndexCommand::Build(a)) => commands::index_build(a),
+            Command::Index(IndexCommand::Info { index }) => commands::index_info(&index),
             // Demos and benchmarks run on rank 0 of a job alone.
             _ if !ranks.leads() => Ok(()),
             Command::Demo(a) => demo::demo(a),

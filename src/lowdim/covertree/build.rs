@@ -15,13 +15,15 @@ use super::space::Space;
 use crate::data::MatrixRef;
 use crate::error::{interrupted, Result};
 use crate::lowdim::job::{PointRows, TreeJob};
+use crate::metric::Metric;
 
 /// Points of a set from which distances to its insert element are computed on every thread.
 const PARALLEL_POINTS: usize = 4096;
 
 /// One node of the tree. Node i stands for distinct point i.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Node {
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct Node {
     /// Children: nodes `first_child..first_child + children`.
     pub first_child: u32,
     pub children: u32,
@@ -32,20 +34,31 @@ pub(super) struct Node {
     pub parent_hi: f64,
 }
 
-/// A cover tree over the distinct points of a corpus.
-pub(super) struct Tree {
-    pub space: Space,
-    /// Node 0 is the root; a node's children are consecutive, and each subtree's nodes
-    /// follow its parent's block, so that near points lie near in memory.
-    pub nodes: Vec<Node>,
-    /// The tree vector of each point, `dims` values each, in node order.
+/// A cover tree over the distinct points of a corpus, built in memory.
+pub(crate) struct Tree {
+    space: Space,
+    nodes: Vec<Node>,
     vectors: Vec<f32>,
-    /// Rows of point p: `rows[first[p]..first[p + 1]]`, ascending; the first stands for it.
     rows: Vec<u32>,
     first: Vec<u32>,
 }
 
-impl PointRows for Tree {
+/// A cover tree's arrays, wherever they are held: built in memory ([`Tree::view`]) or
+/// mapped from a saved index ([`TreeRef::from_parts`]).
+#[derive(Clone, Copy)]
+pub(crate) struct TreeRef<'a> {
+    pub(super) space: Space,
+    /// Node 0 is the root; a node's children are consecutive, and each subtree's nodes
+    /// follow its parent's block, so that near points lie near in memory.
+    pub(super) nodes: &'a [Node],
+    /// The tree vector of each point, `dims` values each, in node order.
+    vectors: &'a [f32],
+    /// Rows of point p: `rows[first[p]..first[p + 1]]`, ascending; the first stands for it.
+    rows: &'a [u32],
+    first: &'a [u32],
+}
+
+impl PointRows for TreeRef<'_> {
     fn rows_of(&self, p: usize) -> &[u32] {
         &self.rows[self.first[p] as usize..self.first[p + 1] as usize]
     }
@@ -64,7 +77,7 @@ impl Tree {
     /// interrupted.
     pub(super) fn of(job: &TreeJob<'_>) -> Result<Option<Tree>> {
         let (corpus, d) = (job.corpus, job.corpus.cols());
-        let space = Space::new(job.metric, d, &[corpus, job.queries]);
+        let space = Space::new(job.metric, d, Space::centring_of(job.metric, corpus));
         let (rows, first) = distinct_rows(corpus);
         let points = first.len() - 1;
         let mut placed = vec![0f32; points * d];
@@ -100,9 +113,102 @@ impl Tree {
         Ok(Some(Tree { space, nodes, vectors, rows: node_rows, first: node_first }))
     }
 
+    /// The tree's arrays, to be searched.
+    pub(crate) fn view(&self) -> TreeRef<'_> {
+        TreeRef { space: self.space, nodes: &self.nodes, vectors: &self.vectors, rows: &self.rows, first: &self.first }
+    }
+}
+
+/// The arrays of a tree, as a saved index holds them.
+pub(crate) struct Parts<'a> {
+    pub metric: Metric,
+    pub dims: usize,
+    /// [`Space::centring_of`] the corpus.
+    pub centring: f64,
+    pub nodes: &'a [Node],
+    pub vectors: &'a [f32],
+    pub rows: &'a [u32],
+    pub first: &'a [u32],
+}
+
+impl<'a> TreeRef<'a> {
+    /// The tree of `parts`, which [`TreeRef::check`] has passed.
+    pub(crate) fn of(parts: &Parts<'a>) -> Self {
+        let space = Space::new(parts.metric, parts.dims, parts.centring);
+        TreeRef { space, nodes: parts.nodes, vectors: parts.vectors, rows: parts.rows, first: parts.first }
+    }
+
+    /// Whether `parts` over a corpus of `corpus_rows` rows make a tree that every query can
+    /// descend: sizes that agree, every row once, every node below the root once and after
+    /// its parent, bounds that are numbers. Says what is wrong where they do not.
+    pub(crate) fn check(parts: &Parts<'_>, corpus_rows: usize) -> std::result::Result<(), String> {
+        let &Parts { dims, centring, nodes, vectors, rows, first, .. } = parts;
+        let points = nodes.len();
+        if !(centring.is_finite() && centring >= 0.0) {
+            return Err(format!("centring error {centring} is not a number >= 0"));
+        }
+        if rows.len() != corpus_rows || points == 0 || points > corpus_rows {
+            return Err(format!("{} rows and {points} points for a corpus of {corpus_rows} rows", rows.len()));
+        }
+        if Some(vectors.len()) != points.checked_mul(dims) {
+            return Err(format!("{} vector values for {points} points of {dims} columns", vectors.len()));
+        }
+        if first.len() != points + 1 || first[0] != 0 || first[points] as usize != rows.len() {
+            return Err(format!("{} row offsets for {points} points", first.len()));
+        }
+        if let Some(p) = first.windows(2).position(|w| w[0] >= w[1]) {
+            return Err(format!("point {p} has no rows"));
+        }
+        let mut seen = vec![false; corpus_rows];
+        for &r in rows {
+            match seen.get_mut(r as usize) {
+                Some(s) if !*s => *s = true,
+                _ => return Err(format!("row {r} is out of range or listed twice")),
+            }
+        }
+        // Children come after their parent, so that no descent can loop.
+        let mut placed = vec![false; points];
+        placed[0] = true;
+        for (i, node) in nodes.iter().enumerate() {
+            let bounds = [node.radius, node.parent_lo, node.parent_hi];
+            if bounds.iter().any(|b| !b.is_finite()) || node.radius < 0.0 {
+                return Err(format!("node {i} has bounds {bounds:?}"));
+            }
+            if node.children == 0 {
+                continue;
+            }
+            let children = (node.first_child as usize)..(node.first_child as usize + node.children as usize);
+            if children.start <= i || children.end > points {
+                return Err(format!("node {i} has children {children:?} of {points} nodes"));
+            }
+            for c in children {
+                if std::mem::replace(&mut placed[c], true) {
+                    return Err(format!("node {c} has two parents"));
+                }
+            }
+        }
+        if let Some(p) = placed.iter().position(|&p| !p) {
+            return Err(format!("node {p} has no parent"));
+        }
+        Ok(())
+    }
+
+    /// The arrays to save.
+    pub(crate) fn parts(&self, metric: Metric) -> Parts<'a> {
+        Parts {
+            metric,
+            dims: self.space.dims(),
+            centring: self.space.centring(),
+            nodes: self.nodes,
+            vectors: self.vectors,
+            rows: self.rows,
+            first: self.first,
+        }
+    }
+
     /// The tree vector of point `p`.
     #[inline]
-    pub(super) fn vector(&self, p: usize) -> &[f32] {
+    pub(super) fn vector(&self, p: usize) -> &'a [f32] {
         let d = self.space.dims();
         &self.vectors[p * d..][..d]
     }
@@ -115,8 +221,8 @@ impl Tree {
 
     /// Every corpus row, by the node of its point: the order in which a graph's rows are
     /// answered, so that consecutive queries meet the same nodes.
-    pub(super) fn rows_in_node_order(&self) -> &[u32] {
-        &self.rows
+    pub(super) fn rows_in_node_order(&self) -> &'a [u32] {
+        self.rows
     }
 }
 
@@ -227,7 +333,6 @@ fn distinct_rows(corpus: MatrixRef<'_>) -> (Vec<u32>, Vec<u32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metric::Metric;
     use crate::refine::NONE;
 
     /// Every point is one node; radii and parent bounds hold the float64 distances; the
@@ -243,7 +348,8 @@ mod tests {
         let exclude = vec![NONE; 300];
         let job =
             TreeJob { corpus, queries: corpus, exclude: &exclude, k: 1, metric: Metric::Euclidean, interrupt: None };
-        let tree = Tree::of(&job).unwrap().unwrap();
+        let built = Tree::of(&job).unwrap().unwrap();
+        let tree = built.view();
         let points = tree.nodes.len();
         assert_eq!(tree.rows.len(), 300);
         let mut distinct: Vec<Vec<u32>> =
@@ -256,7 +362,7 @@ mod tests {
         // Each node below node 0 exactly once; every point below a node within its radius.
         let mut seen = vec![false; points];
         seen[0] = true;
-        fn below(tree: &Tree, n: usize, out: &mut Vec<usize>) {
+        fn below(tree: &TreeRef<'_>, n: usize, out: &mut Vec<usize>) {
             let node = tree.nodes[n];
             for c in node.first_child as usize..(node.first_child + node.children) as usize {
                 out.push(c);

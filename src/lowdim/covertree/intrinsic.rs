@@ -24,7 +24,7 @@ const SAMPLE: usize = 1024;
 pub(crate) fn intrinsic_dimension(data: MatrixRef<'_>, metric: Metric) -> Option<f64> {
     let (n, d) = (data.rows(), data.cols());
     let s = n.min(SAMPLE);
-    let space = Space::new(metric, d, &[]);
+    let space = Space::new(metric, d, 0.0);
     let mut sample = vec![0f32; s * d];
     for (i, out) in sample.chunks_mut(d.max(1)).enumerate() {
         space.place(data.row(i * n / s), out);

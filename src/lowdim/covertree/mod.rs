@@ -13,6 +13,7 @@ mod intrinsic;
 mod query;
 mod space;
 
+pub(crate) use build::{Node, Parts, Tree, TreeRef};
 pub(crate) use intrinsic::intrinsic_dimension;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,15 +43,37 @@ pub(crate) fn tree_bytes(n: usize, d: usize) -> u64 {
     (n as u128 * (8 * d as u128 + 160)).min(u64::MAX as u128) as u64
 }
 
-/// Answers `job`, calling `report` with the number of query rows finished as they finish.
-pub(crate) fn knn(job: &TreeJob<'_>, answers: Answers<'_>, report: &(dyn Fn(usize) + Sync)) -> Result<()> {
+/// The cover tree of `job.corpus`; `None` where the job was interrupted.
+pub(crate) fn build(job: &TreeJob<'_>) -> Result<Option<Tree>> {
     if !handles(job.metric) {
         return Err(Error::arg("algorithm", format!("the cover tree does not take {} distances", job.metric)));
     }
-    let Some(tree) = build::Tree::of(job)? else {
-        return check_interrupt(&job.interrupt);
+    Tree::of(job)
+}
+
+/// Answers `job`, calling `report` with the number of query rows finished as they finish:
+/// in `tree` (a tree of `job.corpus` under `job.metric`), or in a tree built for the job.
+pub(crate) fn knn(
+    job: &TreeJob<'_>,
+    tree: Option<TreeRef<'_>>,
+    answers: Answers<'_>,
+    report: &(dyn Fn(usize) + Sync),
+) -> Result<()> {
+    let built;
+    let mut tree = match tree {
+        Some(tree) => tree,
+        None => match build(job)? {
+            Some(tree) => {
+                built = tree;
+                built.view()
+            }
+            None => return check_interrupt(&job.interrupt),
+        },
     };
     let graph = std::ptr::eq(job.queries.as_slice(), job.corpus.as_slice());
+    if !graph {
+        tree.space = tree.space.with_rows_of(job.queries);
+    }
     let done = AtomicUsize::new(0);
     answers.fill(job, |first, indices, distances| {
         let k = job.k;
@@ -124,7 +147,7 @@ mod tests {
                 let exclude: Vec<u32> = if graph { (0..n as u32).collect() } else { vec![crate::refine::NONE; nq] };
                 let job = TreeJob { corpus, queries, exclude: &exclude, k, metric, interrupt: None };
                 let (mut indices, mut distances) = (vec![0u32; nq * k], vec![0f32; nq * k]);
-                knn(&job, Answers::Whole { indices: &mut indices, distances: &mut distances }, &|_| {}).unwrap();
+                knn(&job, None, Answers::Whole { indices: &mut indices, distances: &mut distances }, &|_| {}).unwrap();
                 for i in 0..nq {
                     let mut all: Vec<(f64, u32)> = (0..n)
                         .filter(|&j| !graph || j != i)

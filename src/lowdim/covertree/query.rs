@@ -17,7 +17,7 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
-use super::build::Tree;
+use super::build::TreeRef;
 use crate::lowdim::job::{kth_row_key, rows_answer, PointRows, TreeJob};
 
 /// Queries that descend the tree together.
@@ -93,13 +93,13 @@ impl Best {
         self.candidates.clear();
     }
 
-    fn rows_of(&self, tree: &Tree, p: u32) -> usize {
+    fn rows_of(&self, tree: &TreeRef<'_>, p: u32) -> usize {
         let rows = tree.rows_of(p as usize);
         rows.len() - usize::from(rows.binary_search(&self.excluded).is_ok())
     }
 
     /// Meets point `p` at a true distance between `lo` and `hi`.
-    fn meet(&mut self, tree: &Tree, k: usize, p: u32, lo: f64, hi: f64) {
+    fn meet(&mut self, tree: &TreeRef<'_>, k: usize, p: u32, lo: f64, hi: f64) {
         let rows = self.rows_of(tree, p);
         if lo > self.reach || rows == 0 {
             return;
@@ -133,7 +133,7 @@ impl Best {
 /// the i-th row's k nearest rows, ascending by (key, row).
 pub(super) fn nearest(
     job: &TreeJob<'_>,
-    tree: &Tree,
+    tree: &TreeRef<'_>,
     rows: &[usize],
     scratch: &mut Scratch,
     mut answer: impl FnMut(usize, &[(f64, u32)]),

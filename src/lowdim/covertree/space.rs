@@ -23,9 +23,12 @@ const U32: f64 = 1.0 / (1u64 << 24) as f64;
 const U64: f64 = 1.0 / (1u64 << 53) as f64;
 
 /// The space of one tree: how rows become its vectors and how its distances are bounded.
+#[derive(Clone, Copy, Debug)]
 pub(super) struct Space {
     metric: Metric,
     d: usize,
+    /// The relative error of centring the rows in float64 (correlation only; else 0).
+    centring: f64,
     /// Relative error of an f32 sum of squared differences of `d` terms (eight lanes, then
     /// the lanes and the tail): each term rounds at most 3 times, each sum at most d + 24.
     sum_rel: f64,
@@ -40,32 +43,49 @@ pub(super) struct Space {
 }
 
 impl Space {
-    /// The space for `metric` over `d` columns; `rows` lists every matrix whose rows will
-    /// be placed in it (corpus and queries), for the error of centring them.
-    pub(super) fn new(metric: Metric, d: usize, rows: &[MatrixRef<'_>]) -> Self {
+    /// The space for `metric` over `d` columns, for rows whose centring errs by at most
+    /// `centring` ([`Space::centring_of`] of every matrix whose rows are placed in it).
+    pub(super) fn new(metric: Metric, d: usize, centring: f64) -> Self {
         let df = d as f64;
         let (vector_err, key_err) = match metric {
             Metric::Euclidean | Metric::SqEuclidean => (0.0, 2.0 * (df + 8.0) * U64),
             Metric::Cosine => (2.0 * U32 + 4.0 * (df + 4.0) * U64, 4.0 * (df + 8.0) * U64),
-            _ => {
-                // Centring in float64 errs by about (d + 2) sqrt(d) u max|x| per row, which
-                // relative to the centred row's length can be large where the rows share a
-                // large offset: taken from the rows themselves.
-                let centring = rows
-                    .iter()
-                    .map(|m| (0..m.rows()).into_par_iter().map(|i| centring_error(m.row(i))).reduce(|| 0.0, f64::max))
-                    .fold(0.0, f64::max);
-                (2.0 * U32 + 2.0 * centring, 8.0 * centring + 4.0 * (df + 8.0) * U64)
-            }
+            _ => (2.0 * U32 + 2.0 * centring, 8.0 * centring + 4.0 * (df + 8.0) * U64),
         };
         Space {
             metric,
             d,
+            centring,
             sum_rel: 2.0 * (3.0 * df + 24.0) * U32,
             sum_abs: 2.0 * (df + 1.0) * f64::from(f32::from_bits(1)),
             vector_err,
             key_err,
         }
+    }
+
+    /// How far the rows of `m` centred in float64 may be from their exact centred forms,
+    /// relative to their length, where `metric` centres them (else 0). Centring errs by
+    /// about (d + 2) sqrt(d) u max|x| per row, which can be large beside the centred row's
+    /// length where the rows share a large offset: taken from the rows themselves.
+    pub(super) fn centring_of(metric: Metric, m: MatrixRef<'_>) -> f64 {
+        if metric != Metric::Correlation {
+            return 0.0;
+        }
+        (0..m.rows()).into_par_iter().map(|i| centring_error(m.row(i))).reduce(|| 0.0, f64::max)
+    }
+
+    /// The centring error this space was made for.
+    pub(super) fn centring(&self) -> f64 {
+        self.centring
+    }
+
+    /// This space, its bounds widened to hold for the rows of `queries` too.
+    pub(super) fn with_rows_of(self, queries: MatrixRef<'_>) -> Self {
+        let centring = Space::centring_of(self.metric, queries);
+        if centring <= self.centring {
+            return self;
+        }
+        Space::new(self.metric, self.d, centring)
     }
 
     /// Writes the tree vector of `row` to `out` (`d` values).
@@ -261,7 +281,7 @@ mod tests {
                 if metric == Metric::Correlation && d == 1 {
                     continue;
                 }
-                let space = Space::new(metric, d, &[rows]);
+                let space = Space::new(metric, d, Space::centring_of(metric, rows));
                 let chord = |key: f64| match metric {
                     Metric::Euclidean => key.sqrt(),
                     _ => (2.0 * key.max(0.0)).sqrt(),
