@@ -202,11 +202,49 @@ def hdf5_layout_seeds():
     put(t, "empty", b"")
 
 
+def index_seeds():
+    """Index files written by `knng index build` (the release binary, which must be built),
+    from small .npy files of each kind of index, and some damaged copies."""
+    import subprocess
+    import tempfile
+
+    t = "index"
+    knng = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "knng")
+    if np is None or not os.path.exists(knng):
+        print("index: skipped (needs NumPy and target/release/knng)")
+        return
+    rng = np.random.default_rng(7)
+    sets = {
+        "line_euclidean_covertree": (np.arange(12, dtype=np.float32).reshape(6, 2), "euclidean", "covertree"),
+        "duplicates_cosine_covertree": (np.repeat(rng.normal(size=(4, 3)), 3, axis=0), "cosine", "covertree"),
+        "correlation_covertree": (rng.normal(size=(12, 5)) + 100.0, "correlation", "covertree"),
+        "sqeuclidean_covertree_one_row": (np.ones((1, 3)), "sqeuclidean", "covertree"),
+        "inner_product_brute": (rng.normal(size=(5, 4)), "inner_product", "brute"),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (x, metric, algorithm) in sets.items():
+            data, out = os.path.join(tmp, name + ".npy"), os.path.join(tmp, name + ".knng")
+            np.save(data, np.asarray(x, dtype=np.float32))
+            subprocess.run([knng, "index", "build", data, "-o", out, "-m", metric, "--algorithm", algorithm,
+                            "--backend", "cpu", "-q"], check=True)
+            with open(out, "rb") as f:
+                good = f.read()
+            put(t, name, good)
+        put(t, "truncated", good[: len(good) // 2])
+        put(t, "header_only", good[:216])
+        flipped = bytearray(good)
+        flipped[-1] ^= 1
+        put(t, "last_byte_flipped", bytes(flipped))
+        put(t, "magic_only", b"KNNGINDX")
+        put(t, "empty", b"")
+
+
 if __name__ == "__main__":
     npy_seeds()
     vecs_seeds()
     bin_seeds()
     text_seeds()
     hdf5_layout_seeds()
+    index_seeds()
     for target in sorted(os.listdir(OUT)):
         print(target, len(os.listdir(os.path.join(OUT, target))), "files")

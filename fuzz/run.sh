@@ -13,7 +13,7 @@ set -uo pipefail
 
 cd "$(dirname "$0")"
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
-TARGETS=(npy vecs bin text hdf5_layout)
+TARGETS=(npy vecs bin text hdf5_layout index)
 # The same flags for `build` and `run`, or `run` builds again. 16 codegen units: the fuzz
 # build compiles all of knng's dependencies (wgpu included), which one unit makes far slower.
 BUILD_FLAGS=(--codegen-units 16)

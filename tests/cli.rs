@@ -740,3 +740,59 @@ fn algorithm_covertree_gives_the_float64_answer_and_auto_takes_it_for_low_intrin
     assert!((1.5..2.6).contains(&estimate), "{status}");
     assert!(status.contains("by the cover tree"), "{status}");
 }
+
+/// `knng index build` then `knng search INDEX.knng`: a cover-tree index and one of the rows
+/// alone give the float64 answer under the metric they were built for, the same bytes as a
+/// search of the file; `index info` says what an index holds; a damaged index, another
+/// metric and a path without `.knng` are refused with messages that say so, writing nothing.
+#[test]
+fn a_saved_index_is_searched_by_the_cover_tree_and_damage_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, q) = (dir.path().join("points.npy"), dir.path().join("queries.npy"));
+    let corpus = write_points(&c, 150, 21);
+    let queries = write_points(&q, 20, 22);
+    let index = dir.path().join("points.knng");
+    for (algorithm, metric, said) in
+        [("covertree", "sqeuclidean", "a cover tree over 150 rows"), ("brute", "euclidean", "(no tree)")]
+    {
+        let status =
+            ok(&["index", "build", s(&c), "-o", s(&index), "--algorithm", algorithm, "-m", metric, "--backend", "cpu"]);
+        assert!(status.contains(said) && status.contains(metric), "{status}");
+        let info = text(&knng(&["index", "info", s(&index)]).stdout);
+        assert!(info.contains(said), "{info}");
+        let (from_index, from_file) = (dir.path().join("index.npz"), dir.path().join("file.npz"));
+        let status =
+            ok(&["search", s(&index), "--queries", s(&q), "-k", "7", "--backend", "cpu", "-o", s(&from_index)]);
+        assert!(status.contains(&format!("loaded {}", s(&index))), "{status}");
+        assert_eq!(status.contains("by the cover tree"), algorithm == "covertree", "{status}");
+        let args =
+            ["search", s(&c), "--queries", s(&q), "-k", "7", "-m", metric, "--backend", "cpu", "-o", s(&from_file)];
+        ok(&args);
+        assert_eq!(std::fs::read(&from_index).unwrap(), std::fs::read(&from_file).unwrap(), "{algorithm}");
+        if metric == "euclidean" {
+            check_exact(&corpus, &queries, &read_npz(&from_index), false);
+        }
+    }
+    let out = dir.path().join("refused.npz");
+    let search = |index: &Path, extra: &[&str], needles: &[&str]| {
+        let mut args = vec!["search", s(index), "--queries", s(&q), "-k", "3", "-o", s(&out)];
+        args.extend(extra);
+        fails(&args, 1, needles);
+        assert!(!out.exists());
+    };
+    search(&index, &["-m", "cosine"], &["built for euclidean distances, not cosine"]);
+    let bytes = std::fs::read(&index).unwrap();
+    let damaged = dir.path().join("damaged.knng");
+    std::fs::write(&damaged, &bytes[..bytes.len() - 100]).unwrap();
+    search(&damaged, &[], &[s(&damaged), "truncated"]);
+    let mut flipped = bytes.clone();
+    flipped[bytes.len() - 100] ^= 4;
+    std::fs::write(&damaged, &flipped).unwrap();
+    search(&damaged, &[], &[s(&damaged), "corpus array fails its checksum"]);
+    let mut newer = bytes;
+    newer[8] = 9;
+    std::fs::write(&damaged, &newer).unwrap();
+    search(&damaged, &[], &[s(&damaged), "index format 9", "build the index again"]);
+    fails(&["index", "build", s(&c), "-o", s(&out)], 1, &["a file named *.knng"]);
+    fails(&["index", "build", s(&c), "-o", s(&index), "--algorithm", "kdtree"], 1, &["built by each search"]);
+}

@@ -34,6 +34,8 @@ fn inputs(dir: &Path) -> Vec<PathBuf> {
 fn replay(target: &str, data: &[u8]) -> (&'static str, String) {
     let outcome = if target == "hdf5_layout" {
         harness::run_hdf5_layout(data).map(|()| String::new())
+    } else if target == "index" {
+        harness::run_index(data).map(|(rows, cols)| format!("{rows} x {cols}"))
     } else {
         match harness::run_file_target(target, data) {
             None => return ("short", String::new()),

@@ -6,7 +6,8 @@
 //! The file targets write the input to a scratch file (in `/dev/shm` when there is one) with
 //! an extension of their format family, read it with `knng::io::read_matrix` and with
 //! `knng::io::MatrixFile` (whole and a sub-range of rows), remove it, and check that the two
-//! ways agree. Any `Ok` or `Err` is fine; a panic (here an assertion) is a bug.
+//! ways agree. The `index` target loads the input as an index file and, where it loads,
+//! searches it. Any `Ok` or `Err` is fine; a panic (here an assertion) is a bug.
 
 #![allow(dead_code)]
 
@@ -15,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// Every target, in the order `fuzz/run.sh` runs them.
-pub const TARGETS: &[&str] = &["npy", "vecs", "bin", "text", "hdf5_layout"];
+pub const TARGETS: &[&str] = &["npy", "vecs", "bin", "text", "hdf5_layout", "index"];
 
 /// The extensions of each file target's format family.
 pub fn extensions(target: &str) -> Option<&'static [&'static str]> {
@@ -205,4 +206,31 @@ pub fn run_hdf5_layout(data: &[u8]) -> Result<(), String> {
         assert!(!msg.is_empty(), "an empty error for {l:?}");
     }
     first
+}
+
+/// Runs the `index` target: the bytes loaded as an index file (`knng::Index::from_bytes`);
+/// where they load, its first rows searched in it on the CPU, whose answer must be as many
+/// rows of k neighbours in range. `Ok((rows, cols))` of the index, or the error's message.
+/// Built with `--cfg fuzzing`, the loader skips the arrays' checksums, so that the fuzzer
+/// reaches the checks of the cover tree's structure and the search behind them.
+pub fn run_index(data: &[u8]) -> Outcome {
+    static KNN: OnceLock<knng::Knn> = OnceLock::new();
+    let index = knng::Index::from_bytes(data).map_err(|e| e.to_string())?;
+    let corpus = index.corpus();
+    let (rows, cols) = (corpus.rows(), corpus.cols());
+    assert!(rows > 0 && cols > 0, "an index of {rows} rows x {cols} columns loaded");
+    let knn = KNN.get_or_init(|| {
+        let options = knng::Options { backend: knng::Backend::Cpu, ..knng::Options::default() };
+        knng::Knn::new(options).expect("the CPU backend opens")
+    });
+    let queries = corpus.slice_rows(0..rows.min(4));
+    let k = rows.min(3);
+    match knn.search_index(&index, queries, k) {
+        Ok(found) => {
+            assert_eq!((found.queries, found.k), (queries.rows(), k));
+            assert!(found.indices.iter().all(|&i| (i as usize) < rows), "an index out of range: {found:?}");
+        }
+        Err(e) => assert!(!e.to_string().is_empty(), "an empty error"),
+    }
+    Ok((rows, cols))
 }
