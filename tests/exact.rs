@@ -142,18 +142,28 @@ fn kd_tree_matches_float64_oracle() {
 }
 
 /// The cover tree on the low-dimensional table, the general one and the wide one, where it
-/// runs for every metric but the inner product and brute force runs for that.
+/// runs for every metric but the inner product and brute force runs for that: asked of the
+/// CPU backend and of a GPU one (the tree runs on the CPU's threads beside either; brute
+/// force on the engine's device).
 #[test]
 fn cover_tree_matches_float64_oracle() {
-    let knn =
-        Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::CoverTree, ..Options::default() }).unwrap();
-    for table in [lowdim_cases(), cases(), manifold_cases()] {
-        let took: Vec<(String, bool)> =
-            table.iter().map(|c| (c.name.clone(), c.metric != Metric::InnerProduct)).collect();
-        let runs = run_cases(&knn, table, false, false);
-        for ((name, takes), stats) in took.iter().zip(runs) {
-            let expected = if *takes { Algorithm::CoverTree } else { Algorithm::Brute };
-            assert_eq!(stats.algorithm, expected, "{name}");
+    let options = |backend| Options {
+        backend,
+        adapter: std::env::var("KNNG_TEST_ADAPTER").ok().filter(|_| backend == Backend::Gpu),
+        algorithm: Algorithm::CoverTree,
+        no_subgroups: backend == Backend::Gpu,
+        ..Options::default()
+    };
+    let engines = [Some(Knn::new(options(Backend::Cpu)).unwrap()), gpu_engine(options(Backend::Gpu))];
+    for knn in engines.iter().flatten() {
+        for table in [lowdim_cases(), cases(), manifold_cases()] {
+            let took: Vec<(String, bool)> =
+                table.iter().map(|c| (c.name.clone(), c.metric != Metric::InnerProduct)).collect();
+            let runs = run_cases(knn, table, false, false);
+            for ((name, takes), stats) in took.iter().zip(runs) {
+                let expected = if *takes { Algorithm::CoverTree } else { Algorithm::Brute };
+                assert_eq!(stats.algorithm, expected, "{name}");
+            }
         }
     }
 }

@@ -4,6 +4,8 @@
 //! arrays, which are read here in place, and calls the functions below. Each call runs on a
 //! thread of its own while the calling thread, with the GIL released, waits for it and checks
 //! for signals, so that Ctrl-C stops a long run through [`knng::Options::interrupt`].
+//!
+//! A saved index ([`knng::Index`]) is the class `Index` here, which `knng.Index` wraps.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -13,7 +15,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use knng::{Algorithm, Backend, Knn, MatrixRef, Metric, Neighbors, Options, Select};
+use knng::{Algorithm, Backend, Index, Knn, MatrixRef, Metric, Neighbors, Options, Select};
 use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyKeyboardInterrupt, PyMemoryError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
@@ -225,6 +227,88 @@ fn search<'py>(
     answer(py, found)
 }
 
+/// An index of `data` under `metric_name`: what it holds follows the settings' algorithm.
+#[pyfunction]
+#[pyo3(signature = (data, metric_name, settings))]
+fn build_index<'py>(
+    py: Python<'py>,
+    data: PyReadonlyArray2<'py, f32>,
+    metric_name: &str,
+    settings: &Bound<'py, PyDict>,
+) -> PyResult<PyIndex> {
+    let metric = metric(metric_name)?;
+    let settings = settings_of(settings)?;
+    let data = matrix(&data, "data")?;
+    let index = run(py, &settings, |knn| knn.build_index(data, metric))?;
+    Ok(PyIndex { index })
+}
+
+/// A saved index: a corpus, and a cover tree over it or not.
+#[pyclass(frozen, name = "Index", module = "knng._knng")]
+struct PyIndex {
+    index: Index,
+}
+
+#[pymethods]
+impl PyIndex {
+    /// The index file at `path`, mapped and checked.
+    #[staticmethod]
+    fn load(py: Python<'_>, path: PathBuf) -> PyResult<PyIndex> {
+        // Its checksums read the whole file: seconds for a large one.
+        let index = py.detach(|| Index::load(&path)).map_err(to_py)?;
+        Ok(PyIndex { index })
+    }
+
+    /// Writes the index to `path`, whole or not at all.
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        py.detach(|| self.index.save(&path)).map_err(to_py)
+    }
+
+    /// The k nearest corpus rows of every row of `queries`, under the index's metric.
+    #[pyo3(signature = (queries, k, settings))]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        k: usize,
+        settings: &Bound<'py, PyDict>,
+    ) -> PyResult<Answer<'py>> {
+        let settings = settings_of(settings)?;
+        let queries = matrix(&queries, "queries")?;
+        // Borrowed by the searching thread: frozen, the index stays put while the GIL is
+        // released, and the caller's reference keeps it alive until `run` returns.
+        let index = &self.index;
+        let found = run(py, &settings, |knn| knn.search_index(index, queries, k))?;
+        answer(py, found)
+    }
+
+    #[getter]
+    fn metric(&self) -> &'static str {
+        self.index.metric().name()
+    }
+
+    /// The name `algorithm=` takes: "covertree" or "brute".
+    #[getter]
+    fn algorithm(&self) -> String {
+        match self.index.algorithm() {
+            Algorithm::CoverTree => "covertree".to_string(),
+            Algorithm::Brute => "brute".to_string(),
+            other => other.to_string(),
+        }
+    }
+
+    #[getter]
+    fn shape(&self) -> (usize, usize) {
+        let corpus = self.index.corpus();
+        (corpus.rows(), corpus.cols())
+    }
+
+    #[getter]
+    fn points(&self) -> Option<usize> {
+        self.index.points()
+    }
+}
+
 /// What runs the work with `settings`, e.g. `cpu: 8 threads`.
 #[pyfunction]
 fn engine_description(py: Python<'_>, settings: &Bound<'_, PyDict>) -> PyResult<String> {
@@ -291,6 +375,8 @@ fn settings_of(d: &Bound<'_, PyDict>) -> PyResult<Settings> {
 fn _knng(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(graph, m)?)?;
     m.add_function(wrap_pyfunction!(search, m)?)?;
+    m.add_function(wrap_pyfunction!(build_index, m)?)?;
+    m.add_class::<PyIndex>()?;
     m.add_function(wrap_pyfunction!(engine_description, m)?)?;
     m.add_function(wrap_pyfunction!(adapters, m)?)?;
     m.add_function(wrap_pyfunction!(missing_gpu_hint, m)?)?;
