@@ -340,6 +340,8 @@ pub struct RunStats {
     /// Of [`RunStats::rows_on_grid`], those whose grid candidates proved the answer (the
     /// kd-tree answered the rest).
     pub rows_proven_by_grid: usize,
+    /// Whether the cover tree of a [`Algorithm::CoverTree`] run was built on the GPU.
+    pub tree_built_on_gpu: bool,
     /// Candidate rounds run (1 when every row was proven exact at once).
     pub rounds: usize,
     /// Query rows that needed more than one round (many near-ties at their k-th neighbour).
@@ -1013,7 +1015,21 @@ impl Knn {
         Ok(Neighbors { indices, distances, queries: nq, k })
     }
 
-    /// [`Knn::search`] of `corpus` by `tree`, a cover tree built over it under `metric`.
+    /// Where a cover tree over `corpus` is built: on the GPU of a GPU engine, where it fits.
+    pub(crate) fn cover_tree_builder<'e>(&self, engine: &'e Engine, corpus: MatrixRef<'_>) -> covertree::Builder<'e> {
+        match engine {
+            Engine::Gpu(gpu) if strategy::cover_tree_on_gpu(gpu, corpus) => covertree::Builder::Gpu(gpu),
+            _ => covertree::Builder::Cpu,
+        }
+    }
+
+    /// The engine's builder of cover trees over `corpus` ([`Knn::cover_tree_builder`]).
+    pub(crate) fn own_cover_tree_builder(&self, corpus: MatrixRef<'_>) -> covertree::Builder<'_> {
+        self.cover_tree_builder(&self.engine, corpus)
+    }
+
+    /// [`Knn::search`] of `corpus` by `tree`, a cover tree built over it under `metric`; the
+    /// corpus's rows were checked when the tree was built or loaded.
     pub(crate) fn search_tree(
         &self,
         tree: covertree::TreeRef<'_>,
@@ -1022,7 +1038,6 @@ impl Knn {
         k: usize,
         metric: Metric,
     ) -> Result<Neighbors> {
-        prepare::validate("corpus", corpus, metric)?;
         prepare::validate("queries", queries, metric)?;
         if corpus.cols() != queries.cols() {
             return Err(Error::DimensionMismatch { corpus: corpus.cols(), queries: queries.cols() });
@@ -1100,7 +1115,16 @@ impl Knn {
                 stats.rows_on_grid = run.gpu_rows;
                 stats.rows_proven_by_grid = run.gpu_proven;
             }
-            (_, Algorithm::CoverTree) => covertree::knn(job, tree, answers, &report)?,
+            (engine, Algorithm::CoverTree) => {
+                let on = self.cover_tree_builder(engine, job.corpus);
+                let run = covertree::knn(job, tree, on, answers, &report)?;
+                if let Some((on_gpu, gpu_error)) = run.built {
+                    stats.tree_built_on_gpu = on_gpu;
+                    if let (Some(notice), Some(e)) = (&self.options.notice, gpu_error) {
+                        notice(&format!("the cover tree's GPU build stopped ({e}); built on the CPU"));
+                    }
+                }
+            }
             _ => {
                 stats.algorithm = Algorithm::KdTree;
                 kdtree::knn(job, answers, &report)?;

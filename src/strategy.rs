@@ -2,6 +2,7 @@
 //! join for data of a few dimensions), then for brute force one pass over the whole data on one engine, or the
 //! partitioned graph of P x P blocks dealt to several workers.
 
+use crate::data::MatrixRef;
 use crate::lowdim::{covertree, hybrid, kdtree};
 use crate::memory;
 use crate::metric::Metric;
@@ -268,6 +269,15 @@ pub(crate) fn choose(p: Problem, workers: usize, asked: Asked) -> Strategy {
         }
     };
     Strategy::Partitioned { plan, workers, lists_in_memory }
+}
+
+/// Whether a cover tree over `corpus` is built on `gpu` (the GPU engine's own): where its
+/// points and the build's arrays fit the device's budget, and its points and its sets (16
+/// words each) one binding.
+pub(crate) fn cover_tree_on_gpu(gpu: &crate::gpu::GpuEngine, corpus: MatrixRef<'_>) -> bool {
+    let (n, d) = (corpus.rows(), corpus.cols());
+    let budget = gpu.budget();
+    crate::gpu::GpuEngine::cover_tree_bytes(n, d) <= budget.budget && (n * d.max(16) * 4) as u64 <= budget.max_binding
 }
 
 #[cfg(test)]

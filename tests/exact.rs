@@ -143,8 +143,8 @@ fn kd_tree_matches_float64_oracle() {
 
 /// The cover tree on the low-dimensional table, the general one and the wide one, where it
 /// runs for every metric but the inner product and brute force runs for that: asked of the
-/// CPU backend and of a GPU one (the tree runs on the CPU's threads beside either; brute
-/// force on the engine's device).
+/// CPU backend (built and searched on the CPU's threads) and of a GPU one (built on the
+/// GPU, `cover_tree.wgsl`, searched on the CPU's threads; brute force on the GPU).
 #[test]
 fn cover_tree_matches_float64_oracle() {
     let options = |backend| Options {
@@ -163,6 +163,7 @@ fn cover_tree_matches_float64_oracle() {
             for ((name, takes), stats) in took.iter().zip(runs) {
                 let expected = if *takes { Algorithm::CoverTree } else { Algorithm::Brute };
                 assert_eq!(stats.algorithm, expected, "{name}");
+                assert_eq!(stats.tree_built_on_gpu, *takes && knn.is_gpu(), "{name}: where the tree was built");
             }
         }
     }

@@ -8,6 +8,9 @@ graph:
 - :func:`kneighbors_graph` -- the graph as a ``scipy.sparse.csr_matrix``;
 - :func:`info` -- the GPU adapters knng sees and what ``backend="auto"`` uses.
 
+Saved indexes: :class:`Index` -- ``Index.build(X)`` (the rows, and a cover tree over them
+or not), ``index.save(path)``, ``Index.load(path)``, ``index.search(queries, k)``.
+
 scikit-learn estimators: :class:`NearestNeighbors` and :class:`KNeighborsTransformer`,
 drop-in replacements for scikit-learn's, for pipelines in front of Isomap, TSNE
 (``metric="precomputed"``), SpectralEmbedding or DBSCAN.
@@ -16,11 +19,12 @@ Answers are exact: they equal a float64 brute force on the float32 values of the
 (of two candidates closer than float32 rounding, either may be returned).
 """
 
-from ._api import METRICS, graph, info, kneighbors_graph, search
+from ._api import METRICS, Index, graph, info, kneighbors_graph, search
 from ._knng import __version__
 
 __all__ = [
     "METRICS",
+    "Index",
     "KNeighborsTransformer",
     "NearestNeighbors",
     "__version__",

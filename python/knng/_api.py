@@ -260,6 +260,175 @@ def search(corpus, queries, k, metric="euclidean", backend="auto", devices=None,
     return _knng.search(corpus, queries, _k(k), _metric(metric), settings)
 
 
+
+class Index:
+    """A corpus made ready to be searched again and again, and saved to a file.
+
+    An index holds the corpus rows and, where it was built with one, a cover tree over
+    them; its searches answer as :func:`search` of the same rows does, under the metric it
+    was built for. Make one with :meth:`Index.build` or :meth:`Index.load`;
+    :meth:`save` writes it to a file, which :meth:`load` maps rather than copies, after
+    checking it: its format version, its size and a checksum of every array.
+
+    Attributes
+    ----------
+    metric : str
+        The metric the index was built for, e.g. ``"euclidean"``.
+    algorithm : {"covertree", "brute"}
+        What the index holds: a cover tree over the rows, or the rows alone.
+    shape : tuple of int
+        The corpus's (rows, columns).
+    points : int or None
+        Distinct rows of a cover-tree index (equal rows count once); None for the rows
+        alone.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np, knng
+    >>> X = np.array([[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [4.0, 0.0], [8.0, 0.0]])
+    >>> index = knng.Index.build(X, algorithm="covertree", backend="cpu")
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     index.save(os.path.join(d, "points.knng"))
+    ...     index = knng.Index.load(os.path.join(d, "points.knng"))
+    >>> index
+    knng.Index(algorithm='covertree', metric='euclidean', shape=(5, 2), points=5)
+    >>> indices, distances = index.search([[3.5, 0.0]], k=2, backend="cpu")
+    >>> indices.tolist(), distances.tolist()
+    ([[3, 2]], [[0.5, 1.5]])
+    """
+
+    __slots__ = ("_index",)
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("build an index with knng.Index.build(X, ...) or read one with knng.Index.load(path)")
+
+    @classmethod
+    def _of(cls, native):
+        index = object.__new__(cls)
+        index._index = native
+        return index
+
+    @classmethod
+    def build(cls, X, metric="euclidean", *, algorithm="auto", backend="auto", devices=None, adapter=None,
+              select="auto", no_subgroups=False, gpu_memory=None, max_memory=None):
+        """An index of the rows of `X` under `metric`.
+
+        Parameters
+        ----------
+        X : array_like of shape (n, d)
+            The corpus, as in :func:`graph`. The index keeps a copy of it.
+        metric : str, default "euclidean"
+            As in :func:`graph`; the index's searches use it.
+        algorithm : {"auto", "covertree", "brute"}, default "auto"
+            ``"covertree"``: a cover tree over the rows (every metric but
+            ``inner_product``; fast on data of low intrinsic dimension); ``"brute"``: the
+            rows alone, searched as :func:`search` searches them (any algorithm of
+            :func:`graph` then, the kd-tree and the hybrid included, which each search
+            builds afresh); ``"auto"``: a cover tree where the estimate of the data's
+            intrinsic dimension says it beats brute force on the engine that `backend`
+            and the other options open, else the rows alone.
+        backend, devices, adapter, select, no_subgroups, gpu_memory, max_memory
+            As in :func:`search`; they open the engine that builds the index, and that
+            ``algorithm="auto"`` weighs a cover tree against brute force on.
+
+        Returns
+        -------
+        Index
+
+        Raises
+        ------
+        ValueError
+            As in :func:`graph`; and for ``algorithm="covertree"`` under
+            ``inner_product``, or ``"kdtree"`` or ``"hybrid"`` (an index does not hold
+            them).
+        TypeError, RuntimeError, MemoryError, KeyboardInterrupt
+            As in :func:`graph`.
+        """
+        X = _matrix(X, "X")
+        settings = _settings(backend, algorithm, adapter, devices, select, no_subgroups, gpu_memory, max_memory)
+        return cls._of(_knng.build_index(X, _metric(metric), settings))
+
+    @classmethod
+    def load(cls, path):
+        """The index saved at `path` (a str or path-like) by :meth:`save`.
+
+        Raises
+        ------
+        OSError
+            The file cannot be read, or is not an index file of this format version, is
+            truncated or fails a checksum: the message names the file and says which.
+        """
+        return cls._of(_knng.Index.load(os.fspath(path)))
+
+    def save(self, path):
+        """Writes the index to `path` (a str or path-like), whole or not at all: a file
+        that is replaced is either the old one or the new one, never part of it.
+
+        Raises
+        ------
+        OSError
+            The file cannot be written.
+        """
+        self._index.save(os.fspath(path))
+
+    def search(self, queries, k, backend="auto", devices=None, *, algorithm="auto", adapter=None,
+               select="auto", no_subgroups=False, gpu_memory=None, max_memory=None):
+        """The exact `k` nearest corpus rows of every row of `queries`, under the index's
+        metric: the answer :func:`search` gives for the index's rows.
+
+        Parameters
+        ----------
+        queries : array_like of shape (m, d)
+            The query vectors, of the corpus's dimension.
+        k : int
+            Neighbours per query: 1 to the number of corpus rows.
+        backend, devices, adapter, select, no_subgroups, gpu_memory, max_memory
+            As in :func:`search`.
+        algorithm : {"auto", "covertree", "brute", "kdtree", "hybrid"}, default "auto"
+            ``"auto"`` and ``"covertree"`` search a cover-tree index by its tree; any other
+            algorithm, and an index of the rows alone, search the rows as
+            :func:`search` does with that algorithm.
+
+        Returns
+        -------
+        indices : ndarray of int64, shape (m, k)
+        distances : ndarray of float32, shape (m, k)
+            As in :func:`search`.
+
+        Raises
+        ------
+        ValueError, TypeError, RuntimeError, MemoryError, KeyboardInterrupt
+            As in :func:`search`.
+        """
+        queries = _matrix(queries, "queries")
+        settings = _settings(backend, algorithm, adapter, devices, select, no_subgroups, gpu_memory, max_memory)
+        return self._index.search(queries, _k(k), settings)
+
+    @property
+    def metric(self):
+        return self._index.metric
+
+    @property
+    def algorithm(self):
+        return self._index.algorithm
+
+    @property
+    def shape(self):
+        return self._index.shape
+
+    @property
+    def points(self):
+        return self._index.points
+
+    def __len__(self):
+        return self._index.shape[0]
+
+    def __repr__(self):
+        return (f"knng.Index(algorithm={self.algorithm!r}, metric={self.metric!r}, shape={self.shape!r}, "
+                f"points={self.points!r})")
+
+
 def kneighbors_graph(X, k, mode="connectivity", metric="euclidean", include_self=False, **options):
     """The k-nearest-neighbour graph of `X` as a scipy sparse matrix.
 

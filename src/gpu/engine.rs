@@ -151,7 +151,7 @@ impl GpuEngine {
         (self.budget.load(std::sync::atomic::Ordering::Relaxed), self.budget_origin)
     }
 
-    pub(super) fn budget(&self) -> DeviceBudget {
+    pub(crate) fn budget(&self) -> DeviceBudget {
         DeviceBudget { max_binding: self.max_binding, budget: self.budget.load(std::sync::atomic::Ordering::Relaxed) }
     }
 

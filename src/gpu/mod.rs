@@ -20,6 +20,7 @@
 mod bench;
 mod budget;
 mod context;
+mod cover_tree;
 mod diagnose;
 mod engine;
 mod grid;
@@ -34,6 +35,7 @@ mod transfer;
 pub use budget::BudgetOrigin;
 pub(crate) use context::identical_gpus;
 pub use context::{adapters, AdapterReport};
+pub(crate) use cover_tree::BuiltSet;
 pub use diagnose::missing_gpu_hint;
 pub(crate) use engine::{GpuEngine, GpuSettings};
 pub(crate) use grid::{GpuGrid, GridAnswers, GridCells};

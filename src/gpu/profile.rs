@@ -31,6 +31,8 @@ pub struct GpuTimes {
     pub sort: f64,
     /// The low-dimensional grid's kernels (`grid.wgsl`): cell ids and queries.
     pub grid: f64,
+    /// The cover tree's construction (`cover_tree.wgsl`).
+    pub cover_tree: f64,
     /// Host time uploading inputs and reading candidates back, summed over threads: copies out
     /// of one query tile's read-back overlap the next tile's kernels.
     pub transfers: f64,
@@ -75,6 +77,12 @@ impl GpuTimes {
             Step::Certify | Step::SortRuns | Step::CertifyRuns => self.certify += seconds,
             Step::SortCount | Step::SortScatter | Step::ScanBlocks | Step::ScanAddOffsets => self.sort += seconds,
             Step::GridCellIds | Step::GridQuery => self.grid += seconds,
+            Step::CoverTreeRoot
+            | Step::CoverTreeMeasure
+            | Step::CoverTreePrepare
+            | Step::CoverTreeScatter
+            | Step::CoverTreeFinish
+            | Step::CoverTreeRelabel => self.cover_tree += seconds,
         }
     }
 }

@@ -47,6 +47,9 @@ pub const SORT_SELECT: &str = include_str!("../../shaders/sort_select.wgsl");
 /// The low-dimensional grid's kernels (`shaders/grid.wgsl`).
 pub const GRID: &str = include_str!("../../shaders/grid.wgsl");
 
+/// The cover tree's construction (`shaders/cover_tree.wgsl`).
+pub const COVER_TREE: &str = include_str!("../../shaders/cover_tree.wgsl");
+
 /// The radix sort's pass with the `scatter` entry point the adapter supports.
 pub fn radix_sort(subgroups: bool) -> String {
     let entry = if subgroups { RADIX_ENTRY_SUBGROUP } else { RADIX_ENTRY_WORKGROUP };
@@ -189,5 +192,6 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("prefix_sum", PREFIX_SUM.to_string(), false, false),
         m("sort_select", SORT_SELECT.to_string(), false, false),
         m("grid", GRID.to_string(), false, false),
+        m("cover_tree", COVER_TREE.to_string(), false, false),
     ]
 }

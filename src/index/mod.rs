@@ -117,8 +117,11 @@ impl Index {
     }
 
     fn from_file_bytes(bytes: Bytes, len: usize, refused: impl Fn(String) -> Error) -> Result<Index> {
-        let contents = file::read(&bytes.as_slice()[..len], true).map_err(refused)?;
+        let contents = file::read(&bytes.as_slice()[..len], true).map_err(&refused)?;
         let (algorithm, metric, rows, cols) = (contents.algorithm, contents.metric, contents.rows, contents.cols);
+        // Its rows are checked once, here, as a corpus passed to a search would be on every call.
+        let corpus = MatrixRef::new(contents.corpus, rows, cols)?;
+        crate::prepare::validate("corpus", corpus, metric).map_err(|e| refused(format!("its corpus: {e}")))?;
         Ok(Index { algorithm, metric, rows, cols, held: Held::File { bytes, len } })
     }
 
@@ -195,9 +198,13 @@ impl Knn {
                 _ => Algorithm::Brute,
             },
             a @ (Algorithm::KdTree | Algorithm::Hybrid) => {
+                let name = if a == Algorithm::KdTree { "kdtree" } else { "hybrid" };
                 return Err(Error::arg(
                     "algorithm",
-                    format!("an index holds a cover tree or the rows alone; the {a} is built by each search: build with brute and search with {a}"),
+                    format!(
+                        "an index holds a cover tree or the rows alone; {name} is built by each search: build the \
+                         index with brute and search it with {name}"
+                    ),
                 ));
             }
         };
@@ -212,8 +219,8 @@ impl Knn {
                     metric,
                     interrupt: self.options.interrupt.clone(),
                 };
-                match covertree::build(&job)? {
-                    Some(tree) => Some(tree),
+                match covertree::build(&job, self.own_cover_tree_builder(data))? {
+                    Some(built) => Some(built.tree),
                     None => return Err(Error::Interrupted),
                 }
             }

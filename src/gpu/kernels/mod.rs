@@ -6,6 +6,7 @@
 mod bindings;
 mod bounded;
 mod certify;
+mod cover_tree;
 mod distance;
 mod filter;
 mod grid;
@@ -22,6 +23,7 @@ pub(super) use bindings::{bind_group, bind_group_at, bind_group_ranges, grid, Pa
 pub(super) use bounded::{BoundedKernels, GatherParams, ShortSelectParams, SHORT_SELECT_LISTS, SHORT_SELECT_SAMPLE};
 pub(crate) use certify::MAX_CERTIFY_KC;
 pub(super) use certify::{reported_as, CertifyKernels, CertifyParams};
+pub(super) use cover_tree::*;
 pub(super) use distance::{gemm_tiles, publishing_groups, DistanceParams, PUBLISH_STRIDE, TILE_K, TILE_N};
 pub(super) use filter::{FilterParams, FILTER_STRIP};
 pub(crate) use grid::GRID_MAX_DIMS;
@@ -60,6 +62,8 @@ pub(super) struct Kernels {
     sort_select: OnceLock<SortSelectKernels>,
     /// The low-dimensional grid's kernels, built on first use.
     grid: OnceLock<GridKernels>,
+    /// The cover tree's construction kernels, built on first use.
+    cover_tree: OnceLock<CoverTreeKernels>,
     pub(super) select: SelectKernels,
     /// Exact float64 keys of the candidates, where the adapter has SHADER_F64.
     pub(super) refine: Option<RefineKernels>,
@@ -91,6 +95,7 @@ impl Kernels {
             sort: Default::default(),
             sort_select: Default::default(),
             grid: Default::default(),
+            cover_tree: Default::default(),
             select,
             refine,
             certify,
@@ -141,6 +146,15 @@ impl Kernels {
         }
         let built = ctx.allocating(|| grid::create(ctx, &self.pipelines))?;
         Ok(self.grid.get_or_init(|| built))
+    }
+
+    /// The cover tree's construction kernels, built on first use.
+    pub(super) fn cover_tree_kernels(&self, ctx: &Context) -> Result<&CoverTreeKernels> {
+        if let Some(built) = self.cover_tree.get() {
+            return Ok(built);
+        }
+        let built = ctx.allocating(|| cover_tree::create(ctx, &self.pipelines))?;
+        Ok(self.cover_tree.get_or_init(|| built))
     }
 
     /// The kernels of bounded sweeps, once [`Self::bounded_kernels`] has built them.
@@ -197,6 +211,22 @@ impl Kernels {
                 match step {
                     Step::GridCellIds => &built.cell_ids.pipeline,
                     _ => &built.query_cells,
+                }
+            }
+            Step::CoverTreeRoot
+            | Step::CoverTreeMeasure
+            | Step::CoverTreePrepare
+            | Step::CoverTreeScatter
+            | Step::CoverTreeFinish
+            | Step::CoverTreeRelabel => {
+                let built = self.cover_tree.get().expect("built (`cover_tree_kernels`) before it is planned");
+                match step {
+                    Step::CoverTreeRoot => &built.root.pipeline,
+                    Step::CoverTreeMeasure => &built.measure,
+                    Step::CoverTreePrepare => &built.prepare,
+                    Step::CoverTreeScatter => &built.scatter,
+                    Step::CoverTreeFinish => &built.finish,
+                    _ => &built.relabel,
                 }
             }
             Step::SelectRows => &self.select.rows.pipeline,
@@ -270,6 +300,18 @@ pub(in crate::gpu) enum Step {
     GridCellIds,
     /// Queries' nearest points among the cells around their own (`query_cells`).
     GridQuery,
+    /// The cover tree's root set (`cover_tree.wgsl`: `root`).
+    CoverTreeRoot,
+    /// A round's farthest members and peel distances (`measure`).
+    CoverTreeMeasure,
+    /// A round's levels and leaves (`prepare`).
+    CoverTreePrepare,
+    /// A round's entries moved to their parts (`scatter`).
+    CoverTreeScatter,
+    /// A round's children and next steps (`finish`).
+    CoverTreeFinish,
+    /// A round's moved entries given their sets (`relabel`).
+    CoverTreeRelabel,
 }
 
 /// One dispatch: kernel, parameter slot, workgroups, bind group.

@@ -14,6 +14,7 @@ use rayon::prelude::*;
 use super::space::Space;
 use crate::data::MatrixRef;
 use crate::error::{interrupted, Result};
+use crate::gpu::BuiltSet;
 use crate::lowdim::job::{PointRows, TreeJob};
 use crate::metric::Metric;
 
@@ -73,9 +74,9 @@ struct Built {
 }
 
 impl Tree {
-    /// The tree of `job.corpus` in the space of `job.metric`; `None` where the job was
-    /// interrupted.
-    pub(super) fn of(job: &TreeJob<'_>) -> Result<Option<Tree>> {
+    /// The tree of `job.corpus` in the space of `job.metric`, built where `on` says; `None`
+    /// where the job was interrupted.
+    pub(super) fn of(job: &TreeJob<'_>, on: Builder<'_>) -> Result<Option<Tree>> {
         let (corpus, d) = (job.corpus, job.corpus.cols());
         let space = Space::new(job.metric, d, Space::centring_of(job.metric, corpus));
         let (rows, first) = distinct_rows(corpus);
@@ -85,9 +86,18 @@ impl Tree {
             space.place(corpus.row(rows[first[p] as usize] as usize), out);
         });
         crate::trace::mark(|| format!("cover tree: {points} distinct points"));
-        let builder = Builder { space: &space, vectors: &placed, d, job };
-        let members: Vec<(f64, u32)> = (1..points as u32).into_par_iter().map(|p| (builder.sq(0, p), p)).collect();
-        let root = builder.build(0, members);
+        let root = match on {
+            Builder::Gpu(gpu) if points > 1 => match gpu.build_cover_tree(&placed, d, &job.interrupt)? {
+                Some(sets) => from_sets(&sets, &space.flushing_subnormals()),
+                None => return Ok(None),
+            },
+            _ => {
+                let builder = CpuBuilder { space: &space, vectors: &placed, d, job };
+                let members: Vec<(f64, u32)> =
+                    (1..points as u32).into_par_iter().map(|p| (builder.sq(0, p), p)).collect();
+                builder.build(0, members)
+            }
+        };
         if interrupted(&job.interrupt) {
             return Ok(None);
         }
@@ -226,7 +236,15 @@ impl<'a> TreeRef<'a> {
     }
 }
 
-struct Builder<'a> {
+/// Where a tree is built: on the CPU's threads, or on a GPU (`shaders/cover_tree.wgsl`, the
+/// same construction with every open set advanced at once).
+#[derive(Clone, Copy)]
+pub(crate) enum Builder<'g> {
+    Cpu,
+    Gpu(&'g crate::gpu::GpuEngine),
+}
+
+struct CpuBuilder<'a> {
     space: &'a Space,
     /// Tree vectors in the order of distinct points.
     vectors: &'a [f32],
@@ -234,7 +252,7 @@ struct Builder<'a> {
     job: &'a TreeJob<'a>,
 }
 
-impl Builder<'_> {
+impl CpuBuilder<'_> {
     fn sq(&self, a: u32, b: u32) -> f64 {
         let d = self.d;
         self.space.sq(&self.vectors[a as usize * d..][..d], &self.vectors[b as usize * d..][..d])
@@ -275,6 +293,50 @@ impl Builder<'_> {
         }
         Built { point: e, radius, parent: (0.0, 0.0), children }
     }
+}
+
+/// The tree of the sets a GPU built (`gpu::cover_tree`), their f32 distances bounded in
+/// `space`: each set a node, its children the sets its peels made, in the order made.
+fn from_sets(sets: &[BuiltSet], space: &Space) -> Built {
+    let bounds = |sq: f32| {
+        let sq = f64::from(sq);
+        if sq.is_finite() {
+            space.bounds(sq)
+        } else {
+            (0.0, f64::INFINITY)
+        }
+    };
+    // Each set's children, by counting sort on the parent (set 0, the root, has none).
+    let mut first = vec![0u32; sets.len() + 1];
+    for s in &sets[1..] {
+        first[s.parent as usize + 1] += 1;
+    }
+    for i in 0..sets.len() {
+        first[i + 1] += first[i];
+    }
+    let mut next = first.clone();
+    let mut children = vec![0u32; sets.len().saturating_sub(1)];
+    for (i, s) in sets.iter().enumerate().skip(1) {
+        children[next[s.parent as usize] as usize] = i as u32;
+        next[s.parent as usize] += 1;
+    }
+    fn make(
+        at: usize,
+        sets: &[BuiltSet],
+        first: &[u32],
+        children: &[u32],
+        bounds: &dyn Fn(f32) -> (f64, f64),
+    ) -> Built {
+        let set = sets[at];
+        let mine = &children[first[at] as usize..first[at + 1] as usize];
+        Built {
+            point: set.point,
+            radius: if mine.is_empty() { 0.0 } else { bounds(set.radius_sq).1 },
+            parent: if at == 0 { (0.0, 0.0) } else { bounds(set.parent_sq) },
+            children: mine.iter().map(|&c| make(c as usize, sets, first, children, bounds)).collect(),
+        }
+    }
+    make(0, sets, &first, &children, &bounds)
 }
 
 fn leaf(point: u32, parent: (f64, f64)) -> Built {
@@ -348,7 +410,7 @@ mod tests {
         let exclude = vec![NONE; 300];
         let job =
             TreeJob { corpus, queries: corpus, exclude: &exclude, k: 1, metric: Metric::Euclidean, interrupt: None };
-        let built = Tree::of(&job).unwrap().unwrap();
+        let built = Tree::of(&job, Builder::Cpu).unwrap().unwrap();
         let tree = built.view();
         let points = tree.nodes.len();
         assert_eq!(tree.rows.len(), 300);

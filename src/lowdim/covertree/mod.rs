@@ -13,7 +13,7 @@ mod intrinsic;
 mod query;
 mod space;
 
-pub(crate) use build::{Node, Parts, Tree, TreeRef};
+pub(crate) use build::{Builder, Node, Parts, Tree, TreeRef};
 pub(crate) use intrinsic::intrinsic_dimension;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,31 +43,57 @@ pub(crate) fn tree_bytes(n: usize, d: usize) -> u64 {
     (n as u128 * (8 * d as u128 + 160)).min(u64::MAX as u128) as u64
 }
 
-/// The cover tree of `job.corpus`; `None` where the job was interrupted.
-pub(crate) fn build(job: &TreeJob<'_>) -> Result<Option<Tree>> {
+/// A tree and where it was built.
+pub(crate) struct BuiltTree {
+    pub tree: Tree,
+    pub on_gpu: bool,
+    /// Why a build asked of a GPU ran on the CPU instead.
+    pub gpu_error: Option<Error>,
+}
+
+/// The cover tree of `job.corpus`, built where `on` says (on the CPU where a GPU's build
+/// fails); `None` where the job was interrupted.
+pub(crate) fn build(job: &TreeJob<'_>, on: Builder<'_>) -> Result<Option<BuiltTree>> {
     if !handles(job.metric) {
         return Err(Error::arg("algorithm", format!("the cover tree does not take {} distances", job.metric)));
     }
-    Tree::of(job)
+    let mut gpu_error = None;
+    if let Builder::Gpu(_) = on {
+        match Tree::of(job, on) {
+            Ok(tree) => return Ok(tree.map(|tree| BuiltTree { tree, on_gpu: true, gpu_error: None })),
+            Err(Error::Interrupted) => return Err(Error::Interrupted),
+            Err(e) => gpu_error = Some(e),
+        }
+    }
+    Ok(Tree::of(job, Builder::Cpu)?.map(|tree| BuiltTree { tree, on_gpu: false, gpu_error }))
+}
+
+/// How [`knn`] went: where its tree was built (`None`: it was given one).
+pub(crate) struct KnnRun {
+    pub built: Option<(bool, Option<Error>)>,
 }
 
 /// Answers `job`, calling `report` with the number of query rows finished as they finish:
-/// in `tree` (a tree of `job.corpus` under `job.metric`), or in a tree built for the job.
+/// in `tree` (a tree of `job.corpus` under `job.metric`), or in a tree built for the job
+/// where `on` says.
 pub(crate) fn knn(
     job: &TreeJob<'_>,
     tree: Option<TreeRef<'_>>,
+    on: Builder<'_>,
     answers: Answers<'_>,
     report: &(dyn Fn(usize) + Sync),
-) -> Result<()> {
+) -> Result<KnnRun> {
     let built;
+    let mut run = KnnRun { built: None };
     let mut tree = match tree {
         Some(tree) => tree,
-        None => match build(job)? {
-            Some(tree) => {
-                built = tree;
+        None => match build(job, on)? {
+            Some(b) => {
+                run.built = Some((b.on_gpu, b.gpu_error));
+                built = b.tree;
                 built.view()
             }
-            None => return check_interrupt(&job.interrupt),
+            None => return check_interrupt(&job.interrupt).map(|()| run),
         },
     };
     let graph = std::ptr::eq(job.queries.as_slice(), job.corpus.as_slice());
@@ -105,7 +131,8 @@ pub(crate) fn knn(
         });
         // Rows of tasks skipped after an interrupt have no answer.
         check_interrupt(&job.interrupt)
-    })
+    })?;
+    Ok(run)
 }
 
 /// Uniform values in [0, 1) from a xorshift generator, for the unit tests (which take no
@@ -147,7 +174,14 @@ mod tests {
                 let exclude: Vec<u32> = if graph { (0..n as u32).collect() } else { vec![crate::refine::NONE; nq] };
                 let job = TreeJob { corpus, queries, exclude: &exclude, k, metric, interrupt: None };
                 let (mut indices, mut distances) = (vec![0u32; nq * k], vec![0f32; nq * k]);
-                knn(&job, None, Answers::Whole { indices: &mut indices, distances: &mut distances }, &|_| {}).unwrap();
+                knn(
+                    &job,
+                    None,
+                    Builder::Cpu,
+                    Answers::Whole { indices: &mut indices, distances: &mut distances },
+                    &|_| {},
+                )
+                .unwrap();
                 for i in 0..nq {
                     let mut all: Vec<(f64, u32)> = (0..n)
                         .filter(|&j| !graph || j != i)

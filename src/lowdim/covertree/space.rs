@@ -74,6 +74,12 @@ impl Space {
         (0..m.rows()).into_par_iter().map(|i| centring_error(m.row(i))).reduce(|| 0.0, f64::max)
     }
 
+    /// This space for distances summed by a device that may flush subnormal values to zero
+    /// (a GPU's f32 arithmetic): each term may then lose up to the least normal value.
+    pub(super) fn flushing_subnormals(self) -> Self {
+        Space { sum_abs: 2.0 * (self.d as f64 + 1.0) * f64::from(f32::MIN_POSITIVE), ..self }
+    }
+
     /// The centring error this space was made for.
     pub(super) fn centring(&self) -> f64 {
         self.centring
