@@ -22,9 +22,10 @@
 // a part does not matter to the tree). Sets created during a round (by prepare or finish)
 // take no part in it: the sets of a round are those counted when the round before ended.
 //
-// The host turns the radii (a set's farthest member at its first split) and the distances to
-// the parents (f's distance to e, kept in f's entry) into bounds on true distances with the
-// error of these f32 sums (`lowdim::covertree::space`, for a device that may flush
+// Once every set is done, `nodes` writes what the host reads of each set but the root's into
+// the entry arrays, no longer needed: its point and parent, and its f32 squared distances to
+// the parent and to its farthest member. The host turns these into bounds on true distances
+// with the error of these f32 sums (`lowdim::covertree::space`, for a device that may flush
 // subnormals).
 
 struct Params {
@@ -307,4 +308,16 @@ fn relabel(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid
     } else {
         set_out[i] = NONE;
     }
+}
+
+// What the host reads of set s > 0, at s - 1: (point, parent) in `entries_in`, (squared
+// distance to the parent, squared radius) in `entries_out`.
+@compute @workgroup_size(64)
+fn nodes(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let s = invocation(lid, wid) + 1u;
+    if (s >= p.sets) {
+        return;
+    }
+    entries_in[s - 1u] = vec2<u32>(field(s, POINT), field(s, PARENT));
+    entries_out[s - 1u] = vec2<u32>(field(s, PARENT_SQ), field(s, RADIUS_SQ));
 }

@@ -60,6 +60,7 @@ impl GpuEngine {
         let [s0, s1] = set_of_buffers;
         let (e0, e1, s0, s1) = (e0?, e1?, s0?, s1?);
         let peeled = self.buffer("cover tree peel distances", entries as u64 * 4, STORAGE)?;
+        // The root's set: point 0, every other point a member.
         let mut sets = vec![0u32; points * SET_WORDS];
         sets[SET_END] = entries as u32;
         sets[SET_STEP] = if entries > 0 { STEP_SPLIT } else { 0 };
@@ -135,17 +136,23 @@ impl GpuEngine {
             }
         }
         crate::trace::mark(|| format!("cover tree: built on the GPU in {rounds} rounds"));
-        let sets: Vec<u32> = read_back(self, &sets_buffer, Some(points * SET_WORDS * 4))?;
+        let gather = [Job { step: Step::CoverTreeNodes, offset: set_offset, groups: by_sets, bind: &there }];
+        let encoder = self.ctx.device.create_command_encoder(&Default::default());
+        let submitted = self.submit(encoder, &gather)?;
+        self.completion(submitted)?;
+        let links: Vec<u32> = read_back(self, &e0, Some(entries * 8))?;
+        let squares: Vec<u32> = read_back(self, &e1, Some(entries * 8))?;
+        let root: Vec<u32> = read_back(self, &sets_buffer, Some(SET_WORDS * 4))?;
         self.ctx.wait()?;
-        Ok(Some(
-            sets.chunks_exact(SET_WORDS)
-                .map(|s| BuiltSet {
-                    point: s[SET_POINT],
-                    parent: s[SET_PARENT],
-                    parent_sq: f32::from_bits(s[SET_PARENT_SQ]),
-                    radius_sq: f32::from_bits(s[SET_RADIUS_SQ]),
-                })
-                .collect(),
-        ))
+        crate::trace::mark(|| "cover tree: sets read back".to_string());
+        let root =
+            BuiltSet { point: 0, parent: u32::MAX, parent_sq: 0.0, radius_sq: f32::from_bits(root[SET_RADIUS_SQ]) };
+        let others = links.chunks_exact(2).zip(squares.chunks_exact(2)).map(|(l, q)| BuiltSet {
+            point: l[0],
+            parent: l[1],
+            parent_sq: f32::from_bits(q[0]),
+            radius_sq: f32::from_bits(q[1]),
+        });
+        Ok(Some(std::iter::once(root).chain(others).collect()))
     }
 }

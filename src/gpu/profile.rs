@@ -82,7 +82,8 @@ impl GpuTimes {
             | Step::CoverTreePrepare
             | Step::CoverTreeScatter
             | Step::CoverTreeFinish
-            | Step::CoverTreeRelabel => self.cover_tree += seconds,
+            | Step::CoverTreeRelabel
+            | Step::CoverTreeNodes => self.cover_tree += seconds,
         }
     }
 }

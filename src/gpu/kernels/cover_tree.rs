@@ -1,5 +1,6 @@
 //! The cover tree's construction kernels (`cover_tree.wgsl`): the root's members, then rounds
-//! of measure, prepare, scatter, finish and relabel that advance every open set one step.
+//! of measure, prepare, scatter, finish and relabel that advance every open set one step,
+//! and the sets' nodes gathered for the host.
 
 use super::pipelines::{Checks, Kernel, Pipelines, Shader, RO, RW};
 use crate::gpu::context::Context;
@@ -10,11 +11,9 @@ pub(in crate::gpu) const COVER_TREE_GROUP: usize = 64;
 
 /// Words of a set's record (`STRIDE` in cover_tree.wgsl) and their fields the host reads.
 pub(in crate::gpu) const SET_WORDS: usize = 16;
-pub(in crate::gpu) const SET_POINT: usize = 0;
 pub(in crate::gpu) const SET_END: usize = 4;
 pub(in crate::gpu) const SET_STEP: usize = 5;
 pub(in crate::gpu) const SET_PARENT: usize = 7;
-pub(in crate::gpu) const SET_PARENT_SQ: usize = 8;
 pub(in crate::gpu) const SET_RADIUS_SQ: usize = 9;
 /// `SPLIT` in cover_tree.wgsl.
 pub(in crate::gpu) const STEP_SPLIT: u32 = 1;
@@ -49,6 +48,7 @@ pub(in crate::gpu) struct CoverTreeKernels {
     pub(super) scatter: wgpu::ComputePipeline,
     pub(super) finish: wgpu::ComputePipeline,
     pub(super) relabel: wgpu::ComputePipeline,
+    pub(super) nodes: wgpu::ComputePipeline,
 }
 
 pub(super) fn create(ctx: &Context, pipelines: &Pipelines) -> CoverTreeKernels {
@@ -59,5 +59,6 @@ pub(super) fn create(ctx: &Context, pipelines: &Pipelines) -> CoverTreeKernels {
     let entry = |name| pipelines.pipeline(ctx, "cover_tree", &shader, &root.layout, name, &[]);
     let (measure, prepare, scatter, finish, relabel) =
         (entry("measure"), entry("prepare"), entry("scatter"), entry("finish"), entry("relabel"));
-    CoverTreeKernels { root, measure, prepare, scatter, finish, relabel }
+    let nodes = entry("nodes");
+    CoverTreeKernels { root, measure, prepare, scatter, finish, relabel, nodes }
 }

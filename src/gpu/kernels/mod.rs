@@ -218,7 +218,8 @@ impl Kernels {
             | Step::CoverTreePrepare
             | Step::CoverTreeScatter
             | Step::CoverTreeFinish
-            | Step::CoverTreeRelabel => {
+            | Step::CoverTreeRelabel
+            | Step::CoverTreeNodes => {
                 let built = self.cover_tree.get().expect("built (`cover_tree_kernels`) before it is planned");
                 match step {
                     Step::CoverTreeRoot => &built.root.pipeline,
@@ -226,7 +227,8 @@ impl Kernels {
                     Step::CoverTreePrepare => &built.prepare,
                     Step::CoverTreeScatter => &built.scatter,
                     Step::CoverTreeFinish => &built.finish,
-                    _ => &built.relabel,
+                    Step::CoverTreeRelabel => &built.relabel,
+                    _ => &built.nodes,
                 }
             }
             Step::SelectRows => &self.select.rows.pipeline,
@@ -312,6 +314,8 @@ pub(in crate::gpu) enum Step {
     CoverTreeFinish,
     /// A round's moved entries given their sets (`relabel`).
     CoverTreeRelabel,
+    /// The sets' nodes gathered for the host (`nodes`).
+    CoverTreeNodes,
 }
 
 /// One dispatch: kernel, parameter slot, workgroups, bind group.

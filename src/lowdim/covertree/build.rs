@@ -86,29 +86,29 @@ impl Tree {
             space.place(corpus.row(rows[first[p] as usize] as usize), out);
         });
         crate::trace::mark(|| format!("cover tree: {points} distinct points"));
-        let root = match on {
+        // Lay the nodes out: each node's children as one block, then each child's subtree.
+        let (nodes, order) = match on {
             Builder::Gpu(gpu) if points > 1 => match gpu.build_cover_tree(&placed, d, &job.interrupt)? {
-                Some(sets) => from_sets(&sets, &space.flushing_subnormals()),
+                Some(sets) => lay_out_sets(&sets, &space.flushing_subnormals()),
                 None => return Ok(None),
             },
             _ => {
                 let builder = CpuBuilder { space: &space, vectors: &placed, d, job };
                 let members: Vec<(f64, u32)> =
                     (1..points as u32).into_par_iter().map(|p| (builder.sq(0, p), p)).collect();
-                builder.build(0, members)
+                let root = builder.build(0, members);
+                if interrupted(&job.interrupt) {
+                    return Ok(None);
+                }
+                let mut nodes = Vec::with_capacity(points);
+                let mut order = Vec::with_capacity(points);
+                nodes.push(Node { first_child: 0, children: 0, radius: root.radius, parent_lo: 0.0, parent_hi: 0.0 });
+                order.push(root.point);
+                lay_out(&root, 0, &mut nodes, &mut order);
+                (nodes, order)
             }
         };
-        if interrupted(&job.interrupt) {
-            return Ok(None);
-        }
         crate::trace::mark(|| "cover tree: built".to_string());
-        // Lay the nodes out: each node's children as one block, then each child's subtree.
-        let mut nodes = Vec::with_capacity(points);
-        let mut order = Vec::with_capacity(points);
-        nodes.push(Node { first_child: 0, children: 0, radius: root.radius, parent_lo: 0.0, parent_hi: 0.0 });
-        order.push(root.point);
-        lay_out(&root, 0, &mut nodes, &mut order);
-        drop(root);
         let mut vectors = vec![0f32; points * d];
         vectors.par_chunks_mut(d.max(1)).zip(order.par_iter()).for_each(|(out, &p)| {
             out.copy_from_slice(&placed[p as usize * d..][..d]);
@@ -295,9 +295,10 @@ impl CpuBuilder<'_> {
     }
 }
 
-/// The tree of the sets a GPU built (`gpu::cover_tree`), their f32 distances bounded in
-/// `space`: each set a node, its children the sets its peels made, in the order made.
-fn from_sets(sets: &[BuiltSet], space: &Space) -> Built {
+/// The nodes of the sets a GPU built (`gpu::cover_tree`), laid out as [`lay_out`] lays out
+/// a tree built on the CPU, and the point of each node: each set a node, its children the
+/// sets its peels made in the order made, their f32 distances bounded in `space`.
+fn lay_out_sets(sets: &[BuiltSet], space: &Space) -> (Vec<Node>, Vec<u32>) {
     let bounds = |sq: f32| {
         let sq = f64::from(sq);
         if sq.is_finite() {
@@ -307,36 +308,59 @@ fn from_sets(sets: &[BuiltSet], space: &Space) -> Built {
         }
     };
     // Each set's children, by counting sort on the parent (set 0, the root, has none).
-    let mut first = vec![0u32; sets.len() + 1];
+    let n = sets.len();
+    let mut first = vec![0u32; n + 1];
     for s in &sets[1..] {
         first[s.parent as usize + 1] += 1;
     }
-    for i in 0..sets.len() {
+    for i in 0..n {
         first[i + 1] += first[i];
     }
     let mut next = first.clone();
-    let mut children = vec![0u32; sets.len().saturating_sub(1)];
+    let mut children = vec![0u32; n.saturating_sub(1)];
     for (i, s) in sets.iter().enumerate().skip(1) {
         children[next[s.parent as usize] as usize] = i as u32;
         next[s.parent as usize] += 1;
     }
-    fn make(
-        at: usize,
-        sets: &[BuiltSet],
-        first: &[u32],
-        children: &[u32],
-        bounds: &dyn Fn(f32) -> (f64, f64),
-    ) -> Built {
-        let set = sets[at];
-        let mine = &children[first[at] as usize..first[at + 1] as usize];
-        Built {
-            point: set.point,
-            radius: if mine.is_empty() { 0.0 } else { bounds(set.radius_sq).1 },
-            parent: if at == 0 { (0.0, 0.0) } else { bounds(set.parent_sq) },
-            children: mine.iter().map(|&c| make(c as usize, sets, first, children, bounds)).collect(),
+    drop(next);
+    // A set is made after its parent: sizes of subtrees from the last set back, then each
+    // set's place from the first on. A node's children block comes first in its subtree's
+    // span, then each child's subtree in order.
+    let mut size = vec![1u32; n];
+    for (i, s) in sets.iter().enumerate().skip(1).rev() {
+        size[s.parent as usize] += size[i];
+    }
+    let (mut at, mut block) = (vec![0u32; n], vec![0u32; n]);
+    block[0] = 1;
+    for set in 0..n {
+        let mine = &children[first[set] as usize..first[set + 1] as usize];
+        let mut span = block[set] + mine.len() as u32;
+        for (i, &c) in mine.iter().enumerate() {
+            at[c as usize] = block[set] + i as u32;
+            block[c as usize] = span;
+            span += size[c as usize] - 1;
         }
     }
-    make(0, sets, &first, &children, &bounds)
+    let mut set_at = vec![0u32; n];
+    for (set, &a) in at.iter().enumerate() {
+        set_at[a as usize] = set as u32;
+    }
+    set_at
+        .par_iter()
+        .map(|&set| {
+            let set = set as usize;
+            let children = first[set + 1] - first[set];
+            let parent = if set == 0 { (0.0, 0.0) } else { bounds(sets[set].parent_sq) };
+            let node = Node {
+                first_child: block[set],
+                children,
+                radius: if children > 0 { bounds(sets[set].radius_sq).1 } else { 0.0 },
+                parent_lo: parent.0,
+                parent_hi: parent.1,
+            };
+            (node, sets[set].point)
+        })
+        .unzip()
 }
 
 fn leaf(point: u32, parent: (f64, f64)) -> Built {
@@ -397,20 +421,62 @@ mod tests {
     use super::*;
     use crate::refine::NONE;
 
-    /// Every point is one node; radii and parent bounds hold the float64 distances; the
-    /// rows of equal points are one point's.
+    /// The tree built on the CPU: see `check_tree`.
     #[test]
     fn the_tree_covers_every_point_within_its_radii() {
+        let values = corpus_values();
+        check_tree(&values, Builder::Cpu);
+    }
+
+    /// The same of a tree built on the GPU (`cover_tree.wgsl`), its dispatches cut to few
+    /// workgroups a dimension so that the 2-D path runs too.
+    #[test]
+    fn the_gpu_tree_covers_every_point_within_its_radii() {
+        let settings = crate::gpu::GpuSettings {
+            adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+            no_subgroups: true,
+            sort_select: false,
+            profile: false,
+            distance_tile_depth: None,
+            memory_budget: None,
+            engines_on_adapter: 1,
+            max_workgroups_per_dimension: Some(3),
+            max_column_tile: None,
+            max_binding: None,
+            max_query_tile: None,
+            symmetric_graphs: None,
+            bounded_sweeps: None,
+            interrupt: None,
+        };
+        let gpu = crate::gpu::GpuEngine::new(&settings, false)
+            .unwrap_or_else(|e| panic!("GPU test without a usable adapter: {e}"));
+        let values = corpus_values();
+        check_tree(&values, Builder::Gpu(&gpu));
+    }
+
+    /// 300 rows of 4 columns: a lattice with repeated rows (+0.0 and -0.0 alike), and rows
+    /// whose differences underflow in f32 (distinct points at f32 distance 0).
+    fn corpus_values() -> Vec<f32> {
         let mut values = Vec::new();
         for i in 0..300u32 {
             let x = (i % 37) as f32 * 0.25;
+            if i % 50 == 7 {
+                values.extend([1e-30 * (i / 50) as f32, 0.0, 0.0, 0.0]);
+                continue;
+            }
             values.extend([x, (i % 11) as f32, -0.0 * x, (i / 7 % 5) as f32 * 1e-3]);
         }
-        let corpus = MatrixRef::new(&values, 300, 4).unwrap();
+        values
+    }
+
+    /// Every point is one node; radii and parent bounds hold the float64 distances; the rows
+    /// of equal points are one point's.
+    fn check_tree(values: &[f32], on: Builder<'_>) {
+        let corpus = MatrixRef::new(values, 300, 4).unwrap();
         let exclude = vec![NONE; 300];
         let job =
             TreeJob { corpus, queries: corpus, exclude: &exclude, k: 1, metric: Metric::Euclidean, interrupt: None };
-        let built = Tree::of(&job, Builder::Cpu).unwrap().unwrap();
+        let built = Tree::of(&job, on).unwrap().unwrap();
         let tree = built.view();
         let points = tree.nodes.len();
         assert_eq!(tree.rows.len(), 300);
