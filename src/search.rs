@@ -101,7 +101,9 @@ pub enum Algorithm {
     /// in 1 to 6 dimensions; without a GPU engine the kd-tree answers every row, and
     /// elsewhere as [`Algorithm::KdTree`].
     Hybrid,
-    /// A cover tree over the corpus, built and queried on the CPU's threads: any dimension,
+    /// A cover tree over the corpus, built on the GPU of a GPU engine (where the points fit
+    /// its budget and one binding; else on the CPU's threads) and queried on the CPU's
+    /// threads: any dimension,
     /// every metric but the inner product (cosine and correlation on rows scaled to unit
     /// length). Its cost follows the data's intrinsic dimension rather than its number of
     /// columns: it wins on points with few degrees of freedom in many coordinates and loses

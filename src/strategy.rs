@@ -104,9 +104,7 @@ pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<Stri
             Algorithm::Brute,
             Some(format!("algorithm: brute force, as the cover tree does not take {metric} distances")),
         ),
-        Algorithm::CoverTree => {
-            (Algorithm::CoverTree, Some("algorithm: cover tree on the CPU's threads (asked for)".into()))
-        }
+        Algorithm::CoverTree => (Algorithm::CoverTree, Some("algorithm: cover tree (asked for)".into())),
         Algorithm::Hybrid => (
             Algorithm::Hybrid,
             Some(

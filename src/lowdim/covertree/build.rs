@@ -1,5 +1,7 @@
-//! Building the cover tree on the CPU's threads: the batch construction of Sharma's CTVC
-//! (separation kept among siblings only), its far sets built in parallel.
+//! Building the cover tree: the batch construction of Sharma's CTVC (separation kept among
+//! siblings only), on the CPU's threads with its far sets built in parallel, or on a GPU
+//! with every open set advanced a step at once (GCTVC, `shaders/cover_tree.wgsl`); both
+//! laid out the same way for the queries.
 //!
 //! A node stands for a point e and the set S of points below it, each with its distance to
 //! e. While S is not empty, the level drops to the largest power of two t below S's largest

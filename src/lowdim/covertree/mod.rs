@@ -1,4 +1,5 @@
-//! Exact k nearest neighbours by a cover tree on the CPU's threads: for data whose points
+//! Exact k nearest neighbours by a cover tree, queried on the CPU's threads (and built there
+//! or on a GPU): for data whose points
 //! have few degrees of freedom however many columns they have (images of one object, spectra,
 //! trajectories, cell states), where a tree's cost follows the intrinsic dimension.
 //!
