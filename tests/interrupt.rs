@@ -109,6 +109,12 @@ fn cpu_cover_tree_stops() {
 }
 
 #[test]
+fn gpu_cover_tree_stops() {
+    let options = Options { algorithm: Algorithm::CoverTree, ..gpu_options() };
+    stops_and_resumes("gpu cover tree", options, 3000, 24, Metric::Cosine);
+}
+
+#[test]
 fn cpu_partitioned_graph_stops() {
     let options = Options { backend: Backend::Cpu, block_rows: Some(500), ..Options::default() };
     stops_and_resumes("cpu partitioned", options, 2000, 16, Metric::SqEuclidean);
