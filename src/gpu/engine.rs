@@ -47,6 +47,31 @@ pub(crate) struct GpuSettings {
     pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
+#[cfg(test)]
+impl GpuSettings {
+    /// The settings of the unit tests' engines: the test adapter (`KNNG_TEST_ADAPTER`), the
+    /// default budget, and dispatches cut to `max_workgroups_per_dimension` so that their
+    /// 2-D path runs too.
+    pub(crate) fn for_tests(no_subgroups: bool, max_workgroups_per_dimension: u32) -> Self {
+        GpuSettings {
+            adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+            no_subgroups,
+            sort_select: false,
+            profile: false,
+            distance_tile_depth: None,
+            memory_budget: None,
+            engines_on_adapter: 1,
+            max_workgroups_per_dimension: Some(max_workgroups_per_dimension),
+            max_column_tile: None,
+            max_binding: None,
+            max_query_tile: None,
+            symmetric_graphs: None,
+            bounded_sweeps: None,
+            interrupt: None,
+        }
+    }
+}
+
 pub(crate) struct GpuEngine {
     pub(super) ctx: Context,
     pub(super) kernels: Kernels,

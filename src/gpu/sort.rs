@@ -217,23 +217,7 @@ mod tests {
     /// A GPU engine on the test adapter (`KNNG_TEST_ADAPTER`), or a failed test; `None` only
     /// for a declared skip of the subgroup path (`KNNG_ALLOW_NO_SUBGROUPS=1`).
     fn engine(no_subgroups: bool) -> Option<GpuEngine> {
-        let settings = GpuSettings {
-            adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
-            no_subgroups,
-            sort_select: false,
-            profile: false,
-            distance_tile_depth: None,
-            memory_budget: None,
-            engines_on_adapter: 1,
-            // Also the 2-D dispatch path.
-            max_workgroups_per_dimension: Some(7),
-            max_column_tile: None,
-            max_binding: None,
-            max_query_tile: None,
-            symmetric_graphs: None,
-            bounded_sweeps: None,
-            interrupt: None,
-        };
+        let settings = GpuSettings::for_tests(no_subgroups, 7);
         let gpu = GpuEngine::new(&settings, false).unwrap_or_else(|e| panic!("GPU test without a usable adapter: {e}"));
         if !no_subgroups && !gpu.ctx.subgroups {
             if std::env::var("KNNG_ALLOW_NO_SUBGROUPS").as_deref() == Ok("1") {

@@ -375,25 +375,34 @@ pub fn search(a: SearchArgs, ranks: &Ranks) -> Outcome {
     if let Some(c) = &engine.cluster {
         engine.status(format!("queries shared by {} ranks of an MPI job", c.size()));
     }
+    answer_search(&engine, ranks, &knn, bar, &a, n, metric, |knn| knn.search(corpus.view(), queries.view(), k, metric))
+}
+
+/// Runs `search` on `knn`, then writes its answer and says how it went (rank 0 of a job).
+#[allow(clippy::too_many_arguments)]
+fn answer_search(
+    engine: &EngineArgs,
+    ranks: &Ranks,
+    knn: &Knn,
+    bar: Bar,
+    a: &SearchArgs,
+    n: usize,
+    metric: Metric,
+    search: impl FnOnce(&Knn) -> knng::Result<knng::Neighbors>,
+) -> Outcome {
+    let (out, k) = (&a.problem.output, a.problem.k as usize);
     let start = Instant::now();
-    let nb = knn
-        .search(corpus.view(), queries.view(), k, metric)
-        .map_err(|e| in_file(e, &[("corpus", &a.corpus), ("queries", &a.queries)]))?;
+    let nb = search(knn).map_err(|e| in_file(e, &[("corpus", &a.corpus), ("queries", &a.queries)]))?;
     let elapsed = start.elapsed().as_secs_f64();
     drop(bar);
     if !ranks.leads() {
         return Ok(());
     }
     io::write_neighbors(out, &nb, n)?;
-    let nq = queries.view().rows();
-    finish(
-        &engine,
-        &knn,
-        format!("search: {nq} quer{} in {n} row{}, k = {k}, {metric}", if nq == 1 { "y" } else { "ies" }, plural(n)),
-        nq,
-        elapsed,
-        out,
-    );
+    let nq = nb.queries;
+    let summary =
+        format!("search: {nq} quer{} in {n} row{}, k = {k}, {metric}", if nq == 1 { "y" } else { "ies" }, plural(n));
+    finish(engine, knn, summary, nq, elapsed, out);
     Ok(())
 }
 
@@ -434,21 +443,7 @@ fn search_index(a: SearchArgs, ranks: &Ranks) -> Outcome {
     let knn = engine.open(false, &bar)?;
     engine.explain_backend(&knn);
     engine.status(format!("backend {}", knn.description()));
-    let start = Instant::now();
-    let nb = knn
-        .search_index(&index, queries.view(), k)
-        .map_err(|e| in_file(e, &[("corpus", &a.corpus), ("queries", &a.queries)]))?;
-    let elapsed = start.elapsed().as_secs_f64();
-    drop(bar);
-    if !ranks.leads() {
-        return Ok(());
-    }
-    io::write_neighbors(out, &nb, n)?;
-    let nq = queries.view().rows();
-    let summary =
-        format!("search: {nq} quer{} in {n} row{}, k = {k}, {metric}", if nq == 1 { "y" } else { "ies" }, plural(n));
-    finish(&engine, &knn, summary, nq, elapsed, out);
-    Ok(())
+    answer_search(&engine, ranks, &knn, bar, &a, n, metric, |knn| knn.search_index(&index, queries.view(), k))
 }
 
 /// What an index holds, e.g. `a cover tree over 1000 rows (998 distinct) x 64 columns, cosine`.

@@ -434,22 +434,7 @@ mod tests {
     /// workgroups a dimension so that the 2-D path runs too.
     #[test]
     fn the_gpu_tree_covers_every_point_within_its_radii() {
-        let settings = crate::gpu::GpuSettings {
-            adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
-            no_subgroups: true,
-            sort_select: false,
-            profile: false,
-            distance_tile_depth: None,
-            memory_budget: None,
-            engines_on_adapter: 1,
-            max_workgroups_per_dimension: Some(3),
-            max_column_tile: None,
-            max_binding: None,
-            max_query_tile: None,
-            symmetric_graphs: None,
-            bounded_sweeps: None,
-            interrupt: None,
-        };
+        let settings = crate::gpu::GpuSettings::for_tests(true, 3);
         let gpu = crate::gpu::GpuEngine::new(&settings, false)
             .unwrap_or_else(|e| panic!("GPU test without a usable adapter: {e}"));
         let values = corpus_values();
