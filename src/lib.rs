@@ -30,6 +30,8 @@
 //! otherwise; [`Backend::Gpu`] also accepts software adapters such as Mesa's lavapipe.
 //! Data of a few dimensions under euclidean distances (as above) is answered by an exact
 //! kd-tree on the CPU's threads unless [`Options::algorithm`] says otherwise ([`Algorithm`]).
+//! A corpus searched again and again can be made an [`Index`] once ([`Knn::build_index`]),
+//! saved, and mapped back from its file ([`Index::load`]).
 //!
 //! # Exactness
 //!
