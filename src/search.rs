@@ -573,7 +573,7 @@ impl Knn {
         }
         check_k(k, corpus.rows(), "the number of corpus rows")?;
         check_rows("corpus", corpus.rows())?;
-        let algorithm = self.choose_algorithm(metric, corpus, false);
+        let algorithm = self.choose_algorithm(metric, corpus, false, false);
         if let Some(c) = self.cluster() {
             return self.search_shared(c, algorithm, corpus, queries, shift, k, metric);
         }
@@ -788,7 +788,7 @@ impl Knn {
         };
         let tree_rows = tree_block_rows(problem, tree_bytes, asked.memory);
         let partitioned = asked.block_rows.is_some() || asked.checkpoint || asked.ranks > 1 || tree_rows.is_none();
-        let algorithm = self.choose_algorithm(metric, data, partitioned);
+        let algorithm = self.choose_algorithm(metric, data, partitioned, true);
         if algorithm.is_tree() && strategy != Strategy::Single {
             let rows = tree_rows.expect("a tree that fits");
             self.graph_low_dim_in_blocks(algorithm, data, k, metric, rows, sink)?;
@@ -976,9 +976,16 @@ impl Knn {
     }
 
     /// The algorithm for a problem over `corpus` under `metric` (`partitioned`: the caller
-    /// asked for a partitioned graph), told through [`Options::notice`] where it is not brute
-    /// force or where the tree asked for cannot run.
-    pub(crate) fn choose_algorithm(&self, metric: Metric, corpus: MatrixRef<'_>, partitioned: bool) -> Algorithm {
+    /// asked for a partitioned graph; `amortized`: a graph or a saved index, whose tree
+    /// answers as many queries as the corpus has rows), told through [`Options::notice`]
+    /// where it is not brute force or where the tree asked for cannot run.
+    pub(crate) fn choose_algorithm(
+        &self,
+        metric: Metric,
+        corpus: MatrixRef<'_>,
+        partitioned: bool,
+        amortized: bool,
+    ) -> Algorithm {
         let mut asked = strategy::AlgorithmAsked {
             algorithm: self.options.algorithm,
             metric,
@@ -987,6 +994,7 @@ impl Knn {
             gpu_forced: self.options.backend == Backend::Gpu,
             partitioned,
             rows: corpus.rows(),
+            amortized,
             intrinsic: None,
         };
         if strategy::wants_intrinsic_dimension(&asked) {

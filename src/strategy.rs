@@ -31,6 +31,13 @@ const AUTO_HYBRID_DIM_GPU: usize = crate::gpu::GRID_MAX_DIMS;
 const AUTO_COVER_TREE_DIM: f64 = 4.5;
 const AUTO_COVER_TREE_ROWS: usize = 50_000;
 
+/// The same where the engine is a GPU, for graphs and saved indexes: a tree built on the GPU
+/// and queried on the CPU's threads against GPU brute force, the tree won on manifolds of
+/// intrinsic dimension 2 from 10^5 rows (0.79-0.99x there, 0.20-0.86x at 10^6) and lost or
+/// tied from 3 on (`notes/covertree.md`).
+const AUTO_COVER_TREE_DIM_GPU: f64 = 2.5;
+const AUTO_COVER_TREE_ROWS_GPU: usize = 100_000;
+
 /// What the caller asked for that bears on the algorithm.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct AlgorithmAsked {
@@ -49,26 +56,43 @@ pub(crate) struct AlgorithmAsked {
     pub partitioned: bool,
     /// Rows of the corpus.
     pub rows: usize,
+    /// A tree would answer at least as many queries as the corpus has rows: a graph, or an
+    /// index saved to be searched again and again.
+    pub amortized: bool,
     /// The corpus's intrinsic dimension where [`wants_intrinsic_dimension`] asked for it.
     pub intrinsic: Option<f64>,
 }
 
 /// Whether [`choose_algorithm`] would read the data's intrinsic dimension: where `auto`
-/// may take the cover tree (the CPU engine, a metric it takes, enough rows, and neither
-/// the kd-tree's case nor a partitioned graph).
+/// may take the cover tree (a metric it takes, enough rows, neither the kd-tree's nor the
+/// hybrid join's case, no partitioned graph; beside a GPU not asked for by name, only for
+/// graphs and indexes).
 pub(crate) fn wants_intrinsic_dimension(asked: &AlgorithmAsked) -> bool {
-    asked.algorithm == Algorithm::Auto
-        && !asked.gpu
-        && !asked.partitioned
-        && asked.rows >= AUTO_COVER_TREE_ROWS
-        && covertree::handles(asked.metric)
-        && !(kdtree::handles(asked.metric, asked.d) && asked.d <= AUTO_KD_TREE_DIM_CPU)
+    let low_dim = kdtree::handles(asked.metric, asked.d);
+    let engine_fits = if asked.gpu {
+        asked.amortized
+            && !asked.gpu_forced
+            && asked.rows >= AUTO_COVER_TREE_ROWS_GPU
+            && !(low_dim && asked.d <= AUTO_HYBRID_DIM_GPU)
+    } else {
+        asked.rows >= AUTO_COVER_TREE_ROWS && !(low_dim && asked.d <= AUTO_KD_TREE_DIM_CPU)
+    };
+    asked.algorithm == Algorithm::Auto && !asked.partitioned && covertree::handles(asked.metric) && engine_fits
+}
+
+/// Most intrinsic dimension for which `auto` takes the cover tree on the engine asked about.
+fn cover_tree_dim(asked: &AlgorithmAsked) -> f64 {
+    if asked.gpu {
+        AUTO_COVER_TREE_DIM_GPU
+    } else {
+        AUTO_COVER_TREE_DIM
+    }
 }
 
 /// The algorithm that runs (brute force, the kd-tree or the hybrid join), and a message for
 /// the user where it is not brute force or differs from the one asked for.
 pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<String>) {
-    let AlgorithmAsked { algorithm, metric, d, gpu, gpu_forced, partitioned, rows: _, intrinsic } = asked;
+    let AlgorithmAsked { algorithm, metric, d, gpu, gpu_forced, partitioned, intrinsic, .. } = asked;
     let tree_takes = kdtree::handles(metric, d);
     let chosen = |why: String| (Algorithm::KdTree, Some(format!("algorithm: kd-tree on the CPU's threads ({why})")));
     let unpartitioned = |tree: &str| {
@@ -118,13 +142,13 @@ pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<Stri
             let kd_tree = tree_takes && !partitioned && !gpu_forced;
             if kd_tree && d <= most {
                 chosen(why)
-            } else if let Some(m) = intrinsic.filter(|&m| wants_intrinsic_dimension(&asked) && m <= AUTO_COVER_TREE_DIM)
+            } else if let Some(m) =
+                intrinsic.filter(|&m| wants_intrinsic_dimension(&asked) && m <= cover_tree_dim(&asked))
             {
+                let place = if gpu { "built on the GPU, queried on the CPU's threads" } else { "on the CPU's threads" };
                 (
                     Algorithm::CoverTree,
-                    Some(format!(
-                        "algorithm: cover tree on the CPU's threads ({why}, intrinsic dimension about {m:.1})"
-                    )),
+                    Some(format!("algorithm: cover tree {place} ({why}, intrinsic dimension about {m:.1})")),
                 )
             } else if kd_tree && gpu && d <= AUTO_HYBRID_DIM_GPU && hybrid::handles(metric, d) {
                 (
@@ -283,8 +307,17 @@ mod tests {
     use super::*;
 
     fn algorithm(algorithm: Algorithm, metric: Metric, d: usize, gpu: bool, partitioned: bool) -> (Algorithm, bool) {
-        let asked =
-            AlgorithmAsked { algorithm, metric, d, gpu, gpu_forced: false, partitioned, rows: 1000, intrinsic: None };
+        let asked = AlgorithmAsked {
+            algorithm,
+            metric,
+            d,
+            gpu,
+            gpu_forced: false,
+            partitioned,
+            rows: 1000,
+            amortized: true,
+            intrinsic: None,
+        };
         let (chosen, note) = choose_algorithm(asked);
         (chosen, note.is_some())
     }
@@ -300,6 +333,7 @@ mod tests {
             gpu_forced: false,
             partitioned: false,
             rows,
+            amortized: true,
             intrinsic,
         };
         let many = AUTO_COVER_TREE_ROWS;
@@ -318,6 +352,35 @@ mod tests {
     }
 
     #[test]
+    fn auto_takes_the_cover_tree_beside_a_gpu_for_graphs_of_intrinsic_dimension_two() {
+        use Algorithm::{Auto, Brute, CoverTree, Hybrid};
+        let many = AUTO_COVER_TREE_ROWS_GPU;
+        let asked = |d, rows, amortized, gpu_forced, intrinsic| AlgorithmAsked {
+            algorithm: Auto,
+            metric: Metric::Euclidean,
+            d,
+            gpu: true,
+            gpu_forced,
+            partitioned: false,
+            rows,
+            amortized,
+            intrinsic,
+        };
+        assert!(wants_intrinsic_dimension(&asked(64, many, true, false, None)));
+        assert!(!wants_intrinsic_dimension(&asked(64, many - 1, true, false, None)));
+        assert!(!wants_intrinsic_dimension(&asked(64, many, false, false, None)), "a search builds its tree");
+        assert!(!wants_intrinsic_dimension(&asked(64, many, true, true, None)), "--backend gpu keeps brute force");
+        assert!(!wants_intrinsic_dimension(&asked(6, many, true, false, None)), "the hybrid join's case");
+        let two = Some(AUTO_COVER_TREE_DIM_GPU);
+        let (chosen, note) = choose_algorithm(asked(64, many, true, false, two));
+        assert_eq!(chosen, CoverTree);
+        assert!(note.unwrap().contains("built on the GPU"));
+        assert_eq!(choose_algorithm(asked(64, many, true, false, two.map(|m| m + 0.5))).0, Brute);
+        assert_eq!(choose_algorithm(asked(64, many, false, false, two)).0, Brute);
+        assert_eq!(choose_algorithm(asked(6, many, true, false, two)).0, Hybrid);
+    }
+
+    #[test]
     fn auto_keeps_a_forced_gpu_backend_on_the_gpu() {
         let asked = |algorithm| AlgorithmAsked {
             algorithm,
@@ -327,6 +390,7 @@ mod tests {
             gpu_forced: true,
             partitioned: false,
             rows: 1000,
+            amortized: true,
             intrinsic: None,
         };
         assert_eq!(choose_algorithm(asked(Algorithm::Auto)), (Algorithm::Brute, None));

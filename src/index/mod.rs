@@ -193,7 +193,7 @@ impl Knn {
                 ));
             }
             Algorithm::CoverTree => Algorithm::CoverTree,
-            Algorithm::Auto => match self.choose_algorithm(metric, data, false) {
+            Algorithm::Auto => match self.choose_algorithm(metric, data, false, true) {
                 Algorithm::CoverTree => Algorithm::CoverTree,
                 _ => Algorithm::Brute,
             },
