@@ -145,7 +145,8 @@ pub(crate) fn choose_algorithm(asked: AlgorithmAsked) -> (Algorithm, Option<Stri
             } else if let Some(m) =
                 intrinsic.filter(|&m| wants_intrinsic_dimension(&asked) && m <= cover_tree_dim(&asked))
             {
-                let place = if gpu { "built on the GPU, queried on the CPU's threads" } else { "on the CPU's threads" };
+                let place =
+                    if gpu { "on the CPU's threads, built on the GPU where it fits" } else { "on the CPU's threads" };
                 (
                     Algorithm::CoverTree,
                     Some(format!("algorithm: cover tree {place} ({why}, intrinsic dimension about {m:.1})")),
