@@ -103,7 +103,7 @@ pub enum Algorithm {
     Hybrid,
     /// A cover tree over the corpus, built on the GPU of a GPU engine (where the points fit
     /// its budget and one binding; else on the CPU's threads) and queried on the CPU's
-    /// threads: any dimension,
+    /// threads, or for a graph on that GPU (see [`Options::cover_sets_on_gpu`]): any dimension,
     /// every metric but the inner product (cosine and correlation on rows scaled to unit
     /// length). Its cost follows the data's intrinsic dimension rather than its number of
     /// columns: it wins on points with few degrees of freedom in many coordinates and loses
@@ -217,6 +217,11 @@ pub struct Options {
     /// distance computed once): `None` lets the planner decide, `Some` forces it on (wherever
     /// it fits) or off.
     pub bounded_sweeps: Option<bool>,
+    /// Whether a cover tree's graph queries run on the GPU, a group of neighbouring points
+    /// against one cover set at a time: `None` lets the planner decide (where the host has
+    /// few threads and the data's intrinsic dimension is low), `Some` forces it on (wherever
+    /// it fits) or off.
+    pub cover_sets_on_gpu: Option<bool>,
     /// GPU devices to share the work of a graph: adapter indices or names as in
     /// [`adapters`](crate::adapters), repeats allowed (`["0", "0"]` opens adapter 0 twice).
     /// Empty (the default): every GPU of the machine identical to the one
@@ -291,6 +296,7 @@ impl std::fmt::Debug for Options {
             .field("max_query_tile", &self.max_query_tile)
             .field("symmetric_graphs", &self.symmetric_graphs)
             .field("bounded_sweeps", &self.bounded_sweeps)
+            .field("cover_sets_on_gpu", &self.cover_sets_on_gpu)
             .field("devices", &self.devices)
             .field("block_rows", &self.block_rows)
             .field("scratch", &self.scratch)
@@ -344,6 +350,9 @@ pub struct RunStats {
     pub rows_proven_by_grid: usize,
     /// Whether the cover tree of a [`Algorithm::CoverTree`] run was built on the GPU.
     pub tree_built_on_gpu: bool,
+    /// Query rows of a cover tree's graph answered from the GPU's cover sets (the others by
+    /// the CPU's descent).
+    pub rows_queried_on_gpu: usize,
     /// Candidate rounds run (1 when every row was proven exact at once).
     pub rounds: usize,
     /// Query rows that needed more than one round (many near-ties at their k-th neighbour).
@@ -1127,7 +1136,26 @@ impl Knn {
             }
             (engine, Algorithm::CoverTree) => {
                 let on = self.cover_tree_builder(engine, job.corpus);
-                let run = covertree::knn(job, tree, on, answers, &report)?;
+                let graph = std::ptr::eq(job.queries.as_slice(), job.corpus.as_slice());
+                let gpu_queries = match engine {
+                    Engine::Gpu(gpu) if graph && strategy::cover_sets_fit(gpu, job.corpus, job.k) => {
+                        let wanted = self.options.cover_sets_on_gpu.unwrap_or_else(|| {
+                            let threads = rayon::current_num_threads();
+                            strategy::cover_sets_may_pay(threads, None)
+                                && strategy::cover_sets_may_pay(
+                                    threads,
+                                    covertree::intrinsic_dimension(job.corpus, job.metric),
+                                )
+                        });
+                        wanted.then_some(&**gpu)
+                    }
+                    _ => None,
+                };
+                let run = covertree::knn(job, tree, on, gpu_queries, answers, &report)?;
+                stats.rows_queried_on_gpu = run.rows_queried_on_gpu;
+                if let (Some(notice), Some(e)) = (&self.options.notice, &run.gpu_query_error) {
+                    notice(&format!("the cover tree's GPU queries stopped ({e}); the CPU answered the rest"));
+                }
                 if let Some((on_gpu, gpu_error)) = run.built {
                     stats.tree_built_on_gpu = on_gpu;
                     if let (Some(notice), Some(e)) = (&self.options.notice, gpu_error) {

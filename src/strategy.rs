@@ -303,6 +303,29 @@ pub(crate) fn cover_tree_on_gpu(gpu: &crate::gpu::GpuEngine, corpus: MatrixRef<'
     crate::gpu::GpuEngine::cover_tree_bytes(n, d) <= budget.budget && (n * d.max(16) * 4) as u64 <= budget.max_binding
 }
 
+/// Most CPU threads, and most intrinsic dimension, for which a cover tree's graph queries go
+/// to the GPU's cover sets. Against the queries on the CPU's threads (10^6 rows, k = 10, H100
+/// beside 2, 4 and 16 threads, `notes/covertree.md`): a flat 2-manifold 0.46x, 0.55x, 0.80x;
+/// a folded one 0.61x, 0.73x, 1.51x; a 4-manifold several times slower at any count.
+const COVER_SETS_MAX_THREADS: usize = 8;
+const COVER_SETS_MAX_DIM: f64 = 2.5;
+
+/// Whether the GPU's cover sets may answer a cover tree's graph faster than the CPU's `threads`
+/// threads, for data of intrinsic dimension `intrinsic` (`None`: not known yet, as far as the
+/// threads tell).
+pub(crate) fn cover_sets_may_pay(threads: usize, intrinsic: Option<f64>) -> bool {
+    threads <= COVER_SETS_MAX_THREADS && intrinsic.is_none_or(|m| m <= COVER_SETS_MAX_DIM)
+}
+
+/// Whether a cover tree's graph queries fit the GPU of a GPU engine: the tree's vectors in one
+/// binding, and beside them batches of groups within the budget.
+pub(crate) fn cover_sets_fit(gpu: &crate::gpu::GpuEngine, corpus: MatrixRef<'_>, k: usize) -> bool {
+    let budget = gpu.budget();
+    let vectors = (corpus.rows() * corpus.cols() * 4) as u64;
+    let batch = crate::gpu::COVER_SET_MEMBERS as u64 * crate::gpu::GpuEngine::cover_set_member_bytes(k);
+    vectors <= budget.max_binding && vectors + 4 * batch <= budget.budget
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,6 +402,16 @@ mod tests {
         assert_eq!(choose_algorithm(asked(64, many, true, false, two.map(|m| m + 0.5))).0, Brute);
         assert_eq!(choose_algorithm(asked(64, many, false, false, two)).0, Brute);
         assert_eq!(choose_algorithm(asked(6, many, true, false, two)).0, Hybrid);
+    }
+
+    #[test]
+    fn cover_sets_go_to_the_gpu_beside_few_threads_for_intrinsic_dimension_two() {
+        assert!(cover_sets_may_pay(4, None));
+        assert!(cover_sets_may_pay(2, Some(1.9)));
+        assert!(cover_sets_may_pay(COVER_SETS_MAX_THREADS, Some(COVER_SETS_MAX_DIM)));
+        assert!(!cover_sets_may_pay(COVER_SETS_MAX_THREADS + 1, Some(1.9)));
+        assert!(!cover_sets_may_pay(16, None));
+        assert!(!cover_sets_may_pay(4, Some(3.6)));
     }
 
     #[test]

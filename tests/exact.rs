@@ -144,7 +144,8 @@ fn kd_tree_matches_float64_oracle() {
 /// The cover tree on the low-dimensional table, the general one and the wide one, where it
 /// runs for every metric but the inner product and brute force runs for that: asked of the
 /// CPU backend (built and searched on the CPU's threads) and of a GPU one (built on the
-/// GPU, `cover_tree.wgsl`, searched on the CPU's threads; brute force on the GPU).
+/// GPU, `cover_tree.wgsl`; graphs answered from the GPU's cover sets,
+/// `cover_tree_query.wgsl`, searches on the CPU's threads; brute force on the GPU).
 #[test]
 fn cover_tree_matches_float64_oracle() {
     let options = |backend| Options {
@@ -152,19 +153,30 @@ fn cover_tree_matches_float64_oracle() {
         adapter: std::env::var("KNNG_TEST_ADAPTER").ok().filter(|_| backend == Backend::Gpu),
         algorithm: Algorithm::CoverTree,
         no_subgroups: backend == Backend::Gpu,
+        cover_sets_on_gpu: Some(true),
         ..Options::default()
     };
     let engines = [Some(Knn::new(options(Backend::Cpu)).unwrap()), gpu_engine(options(Backend::Gpu))];
     for knn in engines.iter().flatten() {
         for table in [lowdim_cases(), cases(), manifold_cases()] {
-            let took: Vec<(String, bool)> =
-                table.iter().map(|c| (c.name.clone(), c.metric != Metric::InnerProduct)).collect();
+            let took: Vec<(String, bool, Option<usize>)> = table
+                .iter()
+                .map(|c| (c.name.clone(), c.metric != Metric::InnerProduct, c.queries.is_none().then(|| c.corpus.rows())))
+                .collect();
             let runs = run_cases(knn, table, false, false);
-            for ((name, takes), stats) in took.iter().zip(runs) {
+            let (mut graph_rows, mut on_gpu) = (0, 0);
+            for ((name, takes, graph), stats) in took.iter().zip(runs) {
                 let expected = if *takes { Algorithm::CoverTree } else { Algorithm::Brute };
                 assert_eq!(stats.algorithm, expected, "{name}");
                 assert_eq!(stats.tree_built_on_gpu, *takes && knn.is_gpu(), "{name}: where the tree was built");
+                let rows = graph.filter(|_| *takes && knn.is_gpu()).unwrap_or(0);
+                assert!(stats.rows_queried_on_gpu <= rows, "{name}: {} rows from the GPU", stats.rows_queried_on_gpu);
+                graph_rows += rows;
+                on_gpu += stats.rows_queried_on_gpu;
             }
+            // The cover sets answer most graph rows; the rest (collections that overflow on
+            // ties, or that the host could not prove complete) go to the CPU's descent.
+            assert!(on_gpu * 2 >= graph_rows, "{on_gpu} of {graph_rows} graph rows answered from the GPU");
         }
     }
 }

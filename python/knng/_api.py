@@ -149,7 +149,7 @@ def graph(X, k, metric="euclidean", backend="auto", include_self=False, devices=
         ``"brute"`` computes every distance (any metric, any dimension); ``"kdtree"`` uses a
         kd-tree on the CPU (euclidean and sqeuclidean, 1 to 8 dimensions); ``"hybrid"`` a GPU
         grid beside the kd-tree (1 to 6 dimensions); ``"covertree"`` a cover tree (built on the
-        GPU where the backend is one, queried on the CPU; any dimension, every metric but the inner product; fast on data of low intrinsic
+        GPU where the backend is one, queried on the CPU or, for graphs, the GPU; any dimension, every metric but the inner product; fast on data of low intrinsic
         dimension); ``"auto"`` the kd-tree for few dimensions, brute force otherwise. The
         answer is the same.
     adapter : int or str, optional

@@ -31,7 +31,7 @@ pub struct GpuTimes {
     pub sort: f64,
     /// The low-dimensional grid's kernels (`grid.wgsl`): cell ids and queries.
     pub grid: f64,
-    /// The cover tree's construction (`cover_tree.wgsl`).
+    /// The cover tree's construction (`cover_tree.wgsl`) and queries (`cover_tree_query.wgsl`).
     pub cover_tree: f64,
     /// Host time uploading inputs and reading candidates back, summed over threads: copies out
     /// of one query tile's read-back overlap the next tile's kernels.
@@ -83,7 +83,9 @@ impl GpuTimes {
             | Step::CoverTreeScatter
             | Step::CoverTreeFinish
             | Step::CoverTreeRelabel
-            | Step::CoverTreeNodes => self.cover_tree += seconds,
+            | Step::CoverTreeNodes
+            | Step::CoverSetBound
+            | Step::CoverSetCollect => self.cover_tree += seconds,
         }
     }
 }

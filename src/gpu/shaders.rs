@@ -50,6 +50,9 @@ pub const GRID: &str = include_str!("../../shaders/grid.wgsl");
 /// The cover tree's construction (`shaders/cover_tree.wgsl`).
 pub const COVER_TREE: &str = include_str!("../../shaders/cover_tree.wgsl");
 
+/// The cover tree's queries against cover sets (`shaders/cover_tree_query.wgsl`).
+pub const COVER_TREE_QUERY: &str = include_str!("../../shaders/cover_tree_query.wgsl");
+
 /// The radix sort's pass with the `scatter` entry point the adapter supports.
 pub fn radix_sort(subgroups: bool) -> String {
     let entry = if subgroups { RADIX_ENTRY_SUBGROUP } else { RADIX_ENTRY_WORKGROUP };
@@ -193,5 +196,6 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("sort_select", SORT_SELECT.to_string(), false, false),
         m("grid", GRID.to_string(), false, false),
         m("cover_tree", COVER_TREE.to_string(), false, false),
+        m("cover_tree_query", COVER_TREE_QUERY.to_string(), false, false),
     ]
 }

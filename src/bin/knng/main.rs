@@ -74,8 +74,8 @@ struct EngineArgs {
     /// How the neighbours are found: brute (every distance computed, on the GPU or the CPU),
     /// kdtree (a kd-tree on the CPU's threads: euclidean and sqeuclidean, 1 to 8 dimensions),
     /// hybrid (a GPU grid for dense regions beside the kd-tree: 1 to 6 dimensions), covertree
-    /// (a cover tree, built on the GPU where there is one and queried on the CPU's threads:
-    /// any dimension, for data of low intrinsic dimension; not inner products), or auto (the kd-tree for few dimensions, brute force
+    /// (a cover tree, built on the GPU where there is one and queried on the CPU's threads or,
+    /// for graphs on hosts of few threads, the GPU: any dimension, for data of low intrinsic dimension; not inner products), or auto (the kd-tree for few dimensions, brute force
     /// otherwise). The answer is the same.
     #[arg(long, default_value = "auto", value_name = "auto|brute|covertree|hybrid|kdtree")]
     algorithm: knng::Algorithm,

@@ -7,6 +7,7 @@ mod bindings;
 mod bounded;
 mod certify;
 mod cover_tree;
+mod cover_tree_query;
 mod distance;
 mod filter;
 mod grid;
@@ -24,6 +25,7 @@ pub(super) use bounded::{BoundedKernels, GatherParams, ShortSelectParams, SHORT_
 pub(crate) use certify::MAX_CERTIFY_KC;
 pub(super) use certify::{reported_as, CertifyKernels, CertifyParams};
 pub(super) use cover_tree::*;
+pub(super) use cover_tree_query::*;
 pub(super) use distance::{gemm_tiles, publishing_groups, DistanceParams, PUBLISH_STRIDE, TILE_K, TILE_N};
 pub(super) use filter::{FilterParams, FILTER_STRIP};
 pub(crate) use grid::GRID_MAX_DIMS;
@@ -64,6 +66,7 @@ pub(super) struct Kernels {
     grid: OnceLock<GridKernels>,
     /// The cover tree's construction kernels, built on first use.
     cover_tree: OnceLock<CoverTreeKernels>,
+    cover_sets: OnceLock<CoverSetKernels>,
     pub(super) select: SelectKernels,
     /// Exact float64 keys of the candidates, where the adapter has SHADER_F64.
     pub(super) refine: Option<RefineKernels>,
@@ -96,6 +99,7 @@ impl Kernels {
             sort_select: Default::default(),
             grid: Default::default(),
             cover_tree: Default::default(),
+            cover_sets: Default::default(),
             select,
             refine,
             certify,
@@ -155,6 +159,15 @@ impl Kernels {
         }
         let built = ctx.allocating(|| cover_tree::create(ctx, &self.pipelines))?;
         Ok(self.cover_tree.get_or_init(|| built))
+    }
+
+    /// The cover tree's query kernels, built on first use.
+    pub(super) fn cover_set_kernels(&self, ctx: &Context) -> Result<&CoverSetKernels> {
+        if let Some(built) = self.cover_sets.get() {
+            return Ok(built);
+        }
+        let built = ctx.allocating(|| cover_tree_query::create(ctx, &self.pipelines))?;
+        Ok(self.cover_sets.get_or_init(|| built))
     }
 
     /// The kernels of bounded sweeps, once [`Self::bounded_kernels`] has built them.
@@ -229,6 +242,13 @@ impl Kernels {
                     Step::CoverTreeFinish => &built.finish,
                     Step::CoverTreeRelabel => &built.relabel,
                     _ => &built.nodes,
+                }
+            }
+            Step::CoverSetBound | Step::CoverSetCollect => {
+                let built = self.cover_sets.get().expect("built (`cover_set_kernels`) before it is planned");
+                match step {
+                    Step::CoverSetBound => &built.bound.pipeline,
+                    _ => &built.collect,
                 }
             }
             Step::SelectRows => &self.select.rows.pipeline,
@@ -316,6 +336,10 @@ pub(in crate::gpu) enum Step {
     CoverTreeRelabel,
     /// The sets' nodes gathered for the host (`nodes`).
     CoverTreeNodes,
+    /// Cover sets' k-th distances and thresholds (`cover_tree_query.wgsl`: `bound`).
+    CoverSetBound,
+    /// Cover sets' points within their thresholds (`collect`).
+    CoverSetCollect,
 }
 
 /// One dispatch: kernel, parameter slot, workgroups, bind group.

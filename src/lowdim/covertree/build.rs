@@ -220,6 +220,10 @@ impl<'a> TreeRef<'a> {
 
     /// The tree vector of point `p`.
     #[inline]
+    pub(super) fn vectors(&self) -> &'a [f32] {
+        self.vectors
+    }
+
     pub(super) fn vector(&self, p: usize) -> &'a [f32] {
         let d = self.space.dims();
         &self.vectors[p * d..][..d]

@@ -1,15 +1,17 @@
-//! Exact k nearest neighbours by a cover tree, queried on the CPU's threads (and built there
-//! or on a GPU): for data whose points
+//! Exact k nearest neighbours by a cover tree, built on the CPU's threads or on a GPU and
+//! queried on the CPU's threads (a graph's queries also on a GPU): for data whose points
 //! have few degrees of freedom however many columns they have (images of one object, spectra,
 //! trajectories, cell states), where a tree's cost follows the intrinsic dimension.
 //!
 //! `build.rs` builds the tree over the corpus's distinct points (Sharma's CTVC), `query.rs`
-//! answers a query by descending it, `space.rs` holds the vectors the tree measures
+//! answers a query by descending it, `gpu_query.rs` a graph's groups of near points against
+//! their cover sets on a GPU, `space.rs` holds the vectors the tree measures
 //! (the rows, or their unit forms for cosine and correlation) and the error bounds that keep
 //! the pruning exact. As with the kd-tree, every key that decides a row is the float64 key
 //! of `Metric::rank_key_f64` on the original rows, and ties go to the lower row index.
 
 mod build;
+mod gpu_query;
 mod intrinsic;
 mod query;
 mod space;
@@ -69,23 +71,29 @@ pub(crate) fn build(job: &TreeJob<'_>, on: Builder<'_>) -> Result<Option<BuiltTr
     Ok(Tree::of(job, Builder::Cpu)?.map(|tree| BuiltTree { tree, on_gpu: false, gpu_error }))
 }
 
-/// How [`knn`] went: where its tree was built (`None`: it was given one).
+/// How [`knn`] went: where its tree was built (`None`: it was given one), and how many
+/// query rows the GPU answered.
 pub(crate) struct KnnRun {
     pub built: Option<(bool, Option<Error>)>,
+    pub rows_queried_on_gpu: usize,
+    /// Why queries asked of a GPU ran on the CPU instead.
+    pub gpu_query_error: Option<Error>,
 }
 
 /// Answers `job`, calling `report` with the number of query rows finished as they finish:
 /// in `tree` (a tree of `job.corpus` under `job.metric`), or in a tree built for the job
-/// where `on` says.
+/// where `on` says. A graph's queries run on `gpu_queries` where given (on the CPU where
+/// that GPU fails).
 pub(crate) fn knn(
     job: &TreeJob<'_>,
     tree: Option<TreeRef<'_>>,
     on: Builder<'_>,
+    gpu_queries: Option<&crate::gpu::GpuEngine>,
     answers: Answers<'_>,
     report: &(dyn Fn(usize) + Sync),
 ) -> Result<KnnRun> {
     let built;
-    let mut run = KnnRun { built: None };
+    let mut run = KnnRun { built: None, rows_queried_on_gpu: 0, gpu_query_error: None };
     let mut tree = match tree {
         Some(tree) => tree,
         None => match build(job, on)? {
@@ -101,10 +109,43 @@ pub(crate) fn knn(
     if !graph {
         tree.space = tree.space.with_rows_of(job.queries);
     }
+    let mut on_gpu = match gpu_queries {
+        Some(gpu) if graph => match gpu_query::open(gpu, &tree, job.k) {
+            Ok(on_gpu) => {
+                crate::trace::mark(|| "cover tree: vectors on the GPU".to_string());
+                Some((gpu, on_gpu, gpu_query::groups(&tree)))
+            }
+            Err(e) => {
+                run.gpu_query_error = Some(e);
+                None
+            }
+        },
+        _ => None,
+    };
     let done = AtomicUsize::new(0);
     answers.fill(job, |first, indices, distances| {
         let k = job.k;
         let len = indices.len() / k;
+        if let Some((gpu, tree_on_gpu, (points, groups))) = &on_gpu {
+            let entries = gpu_query::entries_of(&tree, points, groups, first as u32..(first + len) as u32);
+            let order: Vec<u32> = entries.iter().map(|e| e.row).collect();
+            let mut slots = slots_in_order(indices, distances, k, &order);
+            crate::trace::mark(|| format!("cover tree: {} rows in {} groups", entries.len(), groups.last().map_or(0, |g| g + 1)));
+            let base = done.load(Ordering::Relaxed);
+            let block_report = |rows: usize| report(base + rows);
+            let budget = gpu.budget().budget;
+            match gpu_query::answer_block(job, &tree, tree_on_gpu, budget, first, &entries, &mut slots, &block_report) {
+                Ok(rows) => {
+                    run.rows_queried_on_gpu += rows;
+                    done.fetch_add(len, Ordering::Relaxed);
+                    return check_interrupt(&job.interrupt);
+                }
+                // This block and the rest on the CPU.
+                Err(Error::Interrupted) => return Err(Error::Interrupted),
+                Err(e) => run.gpu_query_error = Some(e),
+            }
+        }
+        on_gpu = None;
         // A graph's rows are answered by the nodes of their points, so that consecutive
         // queries meet the same nodes; a search's in input order.
         let order: Vec<u32> = if graph {
@@ -179,6 +220,7 @@ mod tests {
                     &job,
                     None,
                     Builder::Cpu,
+                    None,
                     Answers::Whole { indices: &mut indices, distances: &mut distances },
                     &|_| {},
                 )

@@ -70,8 +70,12 @@ pub(super) struct Scratch {
 /// What one query has found: the points met within reach, and the least upper bounds that
 /// set the reach.
 #[derive(Default)]
-struct Best {
+pub(super) struct Best {
     excluded: u32,
+    /// Added to the distances the reach is made of, and to the reach itself: for the centre
+    /// of a ball of queries (`cover_set`), whose reach must hold for any query within
+    /// `slack` of it.
+    slack: f64,
     /// (upper bound, point) of the points with the least upper bounds on their distance,
     /// as many as hold k rows, the largest on top.
     heap: BinaryHeap<(Key, u32)>,
@@ -85,8 +89,9 @@ struct Best {
 }
 
 impl Best {
-    fn start(&mut self, excluded: u32) {
+    pub(super) fn start(&mut self, excluded: u32, slack: f64) {
         self.excluded = excluded;
+        self.slack = slack;
         self.heap.clear();
         self.rows = 0;
         self.reach = f64::INFINITY;
@@ -99,7 +104,7 @@ impl Best {
     }
 
     /// Meets point `p` at a true distance between `lo` and `hi`.
-    fn meet(&mut self, tree: &TreeRef<'_>, k: usize, p: u32, lo: f64, hi: f64) {
+    pub(super) fn meet(&mut self, tree: &TreeRef<'_>, k: usize, p: u32, lo: f64, hi: f64) {
         let rows = self.rows_of(tree, p);
         if lo > self.reach || rows == 0 {
             return;
@@ -119,13 +124,18 @@ impl Best {
             self.rows = without;
         }
         if self.rows >= k {
-            self.reach = tree.space.reach_of(self.heap.peek().expect("k >= 1 rows").0 .0);
+            self.reach = tree.space.reach_of(self.heap.peek().expect("k >= 1 rows").0 .0 + self.slack) + self.slack;
             // Candidates that fell out of reach, dropped now and then.
             if self.candidates.len() > 4 * k + 64 {
                 let reach = self.reach;
                 self.candidates.retain(|c| c.0 <= reach);
             }
         }
+    }
+
+    /// At least the true distance of any point whose float64 key may be among the k least.
+    pub(super) fn reach(&self) -> f64 {
+        self.reach
     }
 }
 
@@ -139,20 +149,68 @@ pub(super) fn nearest(
     mut answer: impl FnMut(usize, &[(f64, u32)]),
 ) {
     debug_assert!(rows.len() <= BATCH);
-    let Scratch { queries, open, near, need, best, points, answer: list } = scratch;
-    let (space, nodes, k) = (&tree.space, &tree.nodes, job.k);
-    let d = space.dims();
-    queries.resize(rows.len() * d, 0.0);
-    best.resize_with(rows.len().max(best.len()), Best::default);
+    let d = tree.space.dims();
+    scratch.queries.resize(rows.len() * d, 0.0);
+    scratch.best.resize_with(rows.len().max(scratch.best.len()), Best::default);
     for (j, &i) in rows.iter().enumerate() {
-        space.place(job.queries.row(i), &mut queries[j * d..][..d]);
-        best[j].start(job.exclude[i]);
+        tree.space.place(job.queries.row(i), &mut scratch.queries[j * d..][..d]);
+        scratch.best[j].start(job.exclude[i], 0.0);
     }
+    descend(tree, job.k, rows.len(), scratch);
+    let Scratch { best, points, answer: list, .. } = scratch;
+    for (j, b) in best[..rows.len()].iter().enumerate() {
+        answer(j, finish(job, tree, rows[j], b, points, list));
+    }
+}
+
+/// The points of the tree that may be among the k nearest of any query within `radius` of
+/// `centre` (a tree vector): every point within reach of the centre, its reach taken from k
+/// rows, `radius` added to the distances it is made of and to itself. Returned ascending.
+pub(super) fn cover_set(tree: &TreeRef<'_>, k: usize, centre: &[f32], radius: f64, scratch: &mut Scratch) -> Vec<u32> {
+    scratch.queries.clear();
+    scratch.queries.extend_from_slice(centre);
+    scratch.best.resize_with(scratch.best.len().max(1), Best::default);
+    scratch.best[0].start(crate::refine::NONE, radius);
+    descend(tree, k, 1, scratch);
+    let b = &scratch.best[0];
+    let mut set: Vec<u32> = b.candidates.iter().filter(|c| c.0 <= b.reach).map(|c| c.1).collect();
+    set.sort_unstable();
+    set.dedup();
+    set
+}
+
+/// The float64 answer of query row `row` from what `b` found: the keys of its candidates
+/// still within reach, ranked, ties by index.
+pub(super) fn finish<'s>(
+    job: &TreeJob<'_>,
+    tree: &TreeRef<'_>,
+    row: usize,
+    b: &Best,
+    points: &mut Vec<(f64, usize)>,
+    list: &'s mut Vec<(f64, u32)>,
+) -> &'s [(f64, u32)] {
+    let k = job.k;
+    let query_row = job.queries.row(row);
+    points.clear();
+    points.extend(b.candidates.iter().filter(|c| c.0 <= b.reach).map(|&(_, p)| {
+        (job.metric.rank_key_f64(query_row, job.corpus.row(tree.row_of(p as usize))), p as usize)
+    }));
+    points.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let kth = kth_row_key(tree, k, b.excluded, points).unwrap_or(f64::INFINITY);
+    rows_answer(tree, k, b.excluded, kth, points, list)
+}
+
+/// Descends the tree for the first `count` queries of `scratch` (their vectors in
+/// `scratch.queries`, their `Best` started), nearest bound first.
+fn descend(tree: &TreeRef<'_>, k: usize, count: usize, scratch: &mut Scratch) {
+    let Scratch { queries, open, near, need, best, .. } = scratch;
+    let (space, nodes) = (&tree.space, &tree.nodes);
+    let d = space.dims();
     open.clear();
     near.clear();
     // The root, for every query.
     let (root, mut least) = (nodes[0], f64::INFINITY);
-    for j in 0..rows.len() {
+    for j in 0..count {
         let (lo, hi) = space.bounds(space.sq(&queries[j * d..][..d], tree.vector(0)));
         best[j].meet(tree, k, 0, lo, hi);
         if root.children > 0 && lo - root.radius <= best[j].reach {
@@ -164,7 +222,7 @@ pub(super) fn nearest(
         open.push(Reverse((Key(least), 0, 0, near.len() as u32)));
     }
     while let Some(Reverse((Key(bound), n, from, to))) = open.pop() {
-        if best[..rows.len()].iter().all(|b| bound > b.reach) {
+        if best[..count].iter().all(|b| bound > b.reach) {
             break;
         }
         let node = nodes[n as usize];
@@ -196,19 +254,5 @@ pub(super) fn nearest(
                 open.push(Reverse((Key(least), c, start as u32, near.len() as u32)));
             }
         }
-    }
-    // The float64 keys of the candidates still within reach: every point whose key may be
-    // among the k least.
-    for (j, b) in best[..rows.len()].iter_mut().enumerate() {
-        let query_row = job.queries.row(rows[j]);
-        points.clear();
-        points.extend(
-            b.candidates.iter().filter(|c| c.0 <= b.reach).map(|&(_, p)| {
-                (job.metric.rank_key_f64(query_row, job.corpus.row(tree.row_of(p as usize))), p as usize)
-            }),
-        );
-        points.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let kth = kth_row_key(tree, k, b.excluded, points).unwrap_or(f64::INFINITY);
-        answer(j, rows_answer(tree, k, b.excluded, kth, points, list));
     }
 }

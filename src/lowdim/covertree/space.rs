@@ -80,6 +80,19 @@ impl Space {
         Space { sum_abs: 2.0 * (self.d as f64 + 1.0) * f64::from(f32::MIN_POSITIVE), ..self }
     }
 
+    /// This space's error terms as the GPU's cover-set kernel takes them, rounded up to f32:
+    /// thresholds computed from them only decide how much the GPU collects, never the answer.
+    pub(super) fn gpu_bounds(&self) -> crate::gpu::CoverSetBounds {
+        let up = |x: f64| (x * (1.0 + 1e-6)) as f32;
+        crate::gpu::CoverSetBounds {
+            euclidean: matches!(self.metric, Metric::Euclidean | Metric::SqEuclidean),
+            sum_rel: up(self.sum_rel),
+            sum_abs: up(self.sum_abs),
+            vector_err: up(self.vector_err),
+            key_err: up(self.key_err),
+        }
+    }
+
     /// The centring error this space was made for.
     pub(super) fn centring(&self) -> f64 {
         self.centring
