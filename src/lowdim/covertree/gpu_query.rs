@@ -48,185 +48,202 @@ pub(super) struct Entry {
     pub row: u32,
 }
 
-/// Answers the rows `entries` (in groups, a point's rows together) of a graph's block
-/// starting at row `first`, writing row `entries[i]`'s answer to `slots[i]`; returns the
-/// rows answered from the GPU's collections (the rest by the CPU's descent). The host lists
-/// the next chunk's cover sets while the GPU and the host's finish work on this one.
-pub(super) fn answer_block(
-    job: &TreeJob<'_>,
-    tree: &TreeRef<'_>,
-    on_gpu: &TreeOnGpu<'_>,
-    budget: u64,
-    first: usize,
-    entries: &[Entry],
-    mut slots: &mut [(&mut [u32], &mut [f32])],
-    report: &(dyn Fn(usize) + Sync),
-) -> Result<usize> {
-    let k = job.k;
-    // The groups' runs of entries, and chunks of groups whose rows fill a batch's member
-    // slots (a point's rows share its slot, so rows count at least its slots).
-    let mut groups: Vec<Range<usize>> = Vec::new();
-    let mut start = 0;
-    for i in 1..=entries.len() {
-        if i == entries.len() || entries[i].group != entries[i - 1].group {
-            groups.push(start..i);
-            start = i;
-        }
-    }
-    let member_bytes = GpuEngine::cover_set_member_bytes(k);
-    let slots_a_batch = ((budget / 2 / member_bytes) as usize).clamp(COVER_SET_MEMBERS, MAX_SLOTS);
-    let list_entries = (budget / 2 / 4) as usize;
-    let mut chunks: Vec<Range<usize>> = Vec::new();
-    let mut g = 0;
-    while g < groups.len() {
-        let (mut end, mut rows) = (g, 0);
-        while end < groups.len() && (end == g || rows + groups[end].len() <= slots_a_batch) {
-            rows += groups[end].len();
-            end += 1;
-        }
-        chunks.push(g..end);
-        g = end;
-    }
-    let list = |chunk: &Range<usize>| -> Vec<(Vec<u32>, Vec<u32>)> {
-        groups[chunk.clone()]
-            .par_iter()
-            .map_init(Scratch::default, |scratch, range| cover_set(tree, k, &entries[range.clone()], scratch))
-            .collect()
-    };
-    let (mut on_gpu_rows, mut done) = (0, 0);
-    let mut lists = chunks.first().map(list).unwrap_or_default();
-    for (c, chunk) in chunks.iter().enumerate() {
-        if interrupted(&job.interrupt) {
-            return Ok(on_gpu_rows);
-        }
-        let rows = groups[chunk.start].start..groups[chunk.end - 1].end;
-        let (these, rest) = std::mem::take(&mut slots).split_at_mut(rows.len());
-        slots = rest;
-        let chunk_groups = &groups[chunk.clone()];
-        let (answered, next) = rayon::join(
-            || answer_chunk(job, tree, on_gpu, list_entries, first, entries, chunk_groups, &lists, these),
-            || chunks.get(c + 1).map(list).unwrap_or_default(),
-        );
-        on_gpu_rows += answered?;
-        lists = next;
-        done += rows.len();
-        report(done);
-        crate::trace::mark(|| format!("cover tree: {on_gpu_rows} of {done} rows answered from the GPU"));
-    }
-    Ok(on_gpu_rows)
+/// A row's answer: its k indices and distances.
+type Slot<'o> = (&'o mut [u32], &'o mut [f32]);
+
+/// A graph's queries of `tree` on the GPU that holds `on_gpu`, within `budget` bytes of its
+/// memory.
+pub(super) struct CoverSetQueries<'a> {
+    pub job: &'a TreeJob<'a>,
+    pub tree: &'a TreeRef<'a>,
+    pub on_gpu: &'a TreeOnGpu<'a>,
+    pub budget: u64,
 }
 
-/// Answers the rows of `groups` (runs of `entries`, the first at `slots[0]`) from their
-/// cover sets `lists`, in batches whose lists hold at most `list_entries` points (one group
-/// at least); returns the rows answered from the GPU's collections.
-#[allow(clippy::too_many_arguments)]
-fn answer_chunk(
-    job: &TreeJob<'_>,
-    tree: &TreeRef<'_>,
-    on_gpu: &TreeOnGpu<'_>,
-    list_entries: usize,
-    first: usize,
-    entries: &[Entry],
-    groups: &[Range<usize>],
-    lists: &[(Vec<u32>, Vec<u32>)],
-    mut slots: &mut [(&mut [u32], &mut [f32])],
-) -> Result<usize> {
-    let k = job.k;
-    let mut on_gpu_rows = 0;
-    let mut g = 0;
-    while g < groups.len() {
-        let (mut end, mut total) = (g, 0);
-        while end < groups.len() && (end == g || total + lists[end].1.len() <= list_entries) {
-            total += lists[end].1.len();
-            end += 1;
-        }
-        let (batch, batch_lists) = (&groups[g..end], &lists[g..end]);
-        g = end;
-        // A group's members COVER_SET_MEMBERS at a time, each part against the group's list.
-        let (mut sets_groups, mut first_slots) = (Vec::new(), Vec::with_capacity(batch.len()));
-        let (mut members, mut all_lists) = (Vec::new(), Vec::with_capacity(total));
-        for (members_of, list) in batch_lists {
-            first_slots.push(members.len());
-            for part in members_of.chunks(COVER_SET_MEMBERS) {
-                sets_groups.push([all_lists.len() as u32, list.len() as u32, members.len() as u32, part.len() as u32]);
-                members.extend_from_slice(part);
-            }
-            all_lists.extend_from_slice(list);
-        }
-        let found = on_gpu.run(&CoverSets { groups: &sets_groups, members: &members, lists: &all_lists })?;
-        crate::trace::mark(|| format!("cover tree: {} groups, {} members, {total} listed points", batch.len(), members.len()));
-        // Each row's member slot: its group's first slot plus its point's place in the group.
-        let rows = batch[0].start..batch[batch.len() - 1].end;
-        let mut slot_of = Vec::with_capacity(rows.len());
-        for (range, &first_slot) in batch.iter().zip(&first_slots) {
-            let mut slot = first_slot;
-            for i in range.clone() {
-                if i > range.start && entries[i].point != entries[i - 1].point {
-                    slot += 1;
-                }
-                slot_of.push(slot);
+impl CoverSetQueries<'_> {
+    /// Answers the rows `entries` (in groups, a point's rows together) of a graph's block
+    /// starting at row `first`, writing row `entries[i]`'s answer to `slots[i]`; returns the
+    /// rows answered from the GPU's collections (the rest by the CPU's descent). The host lists
+    /// the next chunk's cover sets while the GPU and the host's finish work on this one.
+    pub(super) fn answer_block(
+        &self,
+        first: usize,
+        entries: &[Entry],
+        mut slots: &mut [Slot<'_>],
+        report: &(dyn Fn(usize) + Sync),
+    ) -> Result<usize> {
+        let CoverSetQueries { job, tree, budget, .. } = *self;
+        let k = job.k;
+        // The groups' runs of entries, and chunks of groups whose rows fill a batch's member
+        // slots (a point's rows share its slot, so rows count at least its slots).
+        let mut groups: Vec<Range<usize>> = Vec::new();
+        let mut start = 0;
+        for i in 1..=entries.len() {
+            if i == entries.len() || entries[i].group != entries[i - 1].group {
+                groups.push(start..i);
+                start = i;
             }
         }
-        let (these, rest) = std::mem::take(&mut slots).split_at_mut(rows.len());
-        slots = rest;
-        let space = tree.space.flushing_subnormals();
-        // Each member's list length, its own point left out (every member is in its list).
-        let mut listed = vec![0u32; members.len()];
-        for set in &sets_groups {
-            listed[set[2] as usize..][..set[3] as usize].fill(set[1] - 1);
+        let member_bytes = GpuEngine::cover_set_member_bytes(k);
+        let slots_a_batch = ((budget / 2 / member_bytes) as usize).clamp(COVER_SET_MEMBERS, MAX_SLOTS);
+        let list_entries = (budget / 2 / 4) as usize;
+        let mut chunks: Vec<Range<usize>> = Vec::new();
+        let mut g = 0;
+        while g < groups.len() {
+            let (mut end, mut rows) = (g, 0);
+            while end < groups.len() && (end == g || rows + groups[end].len() <= slots_a_batch) {
+                rows += groups[end].len();
+                end += 1;
+            }
+            chunks.push(g..end);
+            g = end;
         }
-        let accepted: Vec<bool> = these
-            .par_iter_mut()
-            .zip(&entries[rows.clone()])
-            .zip(&slot_of)
-            .map_init(
-                || (Best::default(), Vec::new(), Vec::new()),
-                |(best, points, list), ((slot, entry), &s)| {
-                    let row = first + entry.row as usize;
-                    best.start(job.exclude[row], 0.0);
-                    // The member's own point, which the GPU leaves out: its other rows.
-                    best.meet(tree, k, entry.point, 0.0, 0.0);
-                    let [count, looked] = found.counts[s];
-                    let count = count as usize;
-                    // The collected points' distances again on the CPU: a GPU sum that came
-                    // out too small (a driver's fault) must not narrow the reach.
-                    let own = tree.vector(entry.point as usize);
-                    for &[p, _] in &found.found[s * found.cap..][..count.min(found.cap)] {
-                        let (lo, hi) = tree.space.bounds(tree.space.sq(own, tree.vector(p as usize)));
-                        best.meet(tree, k, p, lo, hi);
-                    }
-                    let threshold = found.thresholds[s];
-                    // Every list point looked at, every collected point held, and no point
-                    // left out (a GPU sum above the threshold) within the member's reach.
-                    let complete = looked == listed[s]
-                        && count <= found.cap
-                        && (threshold == f32::INFINITY || space.bounds(f64::from(threshold)).0 > best.reach());
-                    if complete {
-                        let answer = query::finish(job, tree, row, best, points, list);
-                        write_row(job.metric, answer.iter().copied(), slot.0, slot.1);
-                    }
-                    complete
-                },
-            )
-            .collect();
-        on_gpu_rows += accepted.iter().filter(|&&a| a).count();
-        // Rows whose collection was not proven complete: the CPU's descent.
-        let mut left: Vec<(usize, &mut (&mut [u32], &mut [f32]))> = these
-            .iter_mut()
-            .zip(&entries[rows.clone()])
-            .zip(&accepted)
-            .filter(|(_, &a)| !a)
-            .map(|((slot, entry), _)| (first + entry.row as usize, slot))
-            .collect();
-        left.par_chunks_mut(query::BATCH).for_each_init(Scratch::default, |scratch, chunk| {
-            let rows: Vec<usize> = chunk.iter().map(|c| c.0).collect();
-            query::nearest(job, tree, &rows, scratch, |j, answer| {
-                let slot = &mut chunk[j].1;
-                write_row(job.metric, answer.iter().copied(), slot.0, slot.1);
-            });
-        });
+        let list = |chunk: &Range<usize>| -> Vec<(Vec<u32>, Vec<u32>)> {
+            groups[chunk.clone()]
+                .par_iter()
+                .map_init(Scratch::default, |scratch, range| cover_set(tree, k, &entries[range.clone()], scratch))
+                .collect()
+        };
+        let (mut on_gpu_rows, mut done) = (0, 0);
+        let mut lists = chunks.first().map(list).unwrap_or_default();
+        for (c, chunk) in chunks.iter().enumerate() {
+            if interrupted(&job.interrupt) {
+                return Ok(on_gpu_rows);
+            }
+            let rows = groups[chunk.start].start..groups[chunk.end - 1].end;
+            let (these, rest) = std::mem::take(&mut slots).split_at_mut(rows.len());
+            slots = rest;
+            let chunk_groups = &groups[chunk.clone()];
+            let (answered, next) = rayon::join(
+                || self.answer_chunk(list_entries, first, entries, chunk_groups, &lists, these),
+                || chunks.get(c + 1).map(list).unwrap_or_default(),
+            );
+            on_gpu_rows += answered?;
+            lists = next;
+            done += rows.len();
+            report(done);
+            crate::trace::mark(|| format!("cover tree: {on_gpu_rows} of {done} rows answered from the GPU"));
+        }
+        Ok(on_gpu_rows)
     }
-    Ok(on_gpu_rows)
+
+    /// Answers the rows of `groups` (runs of `entries`, the first at `slots[0]`) from their
+    /// cover sets `lists`, in batches whose lists hold at most `list_entries` points (one group
+    /// at least); returns the rows answered from the GPU's collections.
+    fn answer_chunk(
+        &self,
+        list_entries: usize,
+        first: usize,
+        entries: &[Entry],
+        groups: &[Range<usize>],
+        lists: &[(Vec<u32>, Vec<u32>)],
+        mut slots: &mut [Slot<'_>],
+    ) -> Result<usize> {
+        let CoverSetQueries { job, tree, on_gpu, .. } = *self;
+        let k = job.k;
+        let mut on_gpu_rows = 0;
+        let mut g = 0;
+        while g < groups.len() {
+            let (mut end, mut total) = (g, 0);
+            while end < groups.len() && (end == g || total + lists[end].1.len() <= list_entries) {
+                total += lists[end].1.len();
+                end += 1;
+            }
+            let (batch, batch_lists) = (&groups[g..end], &lists[g..end]);
+            g = end;
+            // A group's members COVER_SET_MEMBERS at a time, each part against the group's list.
+            let (mut sets_groups, mut first_slots) = (Vec::new(), Vec::with_capacity(batch.len()));
+            let (mut members, mut all_lists) = (Vec::new(), Vec::with_capacity(total));
+            for (members_of, list) in batch_lists {
+                first_slots.push(members.len());
+                for part in members_of.chunks(COVER_SET_MEMBERS) {
+                    sets_groups.push([
+                        all_lists.len() as u32,
+                        list.len() as u32,
+                        members.len() as u32,
+                        part.len() as u32,
+                    ]);
+                    members.extend_from_slice(part);
+                }
+                all_lists.extend_from_slice(list);
+            }
+            let found = on_gpu.run(&CoverSets { groups: &sets_groups, members: &members, lists: &all_lists })?;
+            crate::trace::mark(|| {
+                format!("cover tree: {} groups, {} members, {total} listed points", batch.len(), members.len())
+            });
+            // Each row's member slot: its group's first slot plus its point's place in the group.
+            let rows = batch[0].start..batch[batch.len() - 1].end;
+            let mut slot_of = Vec::with_capacity(rows.len());
+            for (range, &first_slot) in batch.iter().zip(&first_slots) {
+                let mut slot = first_slot;
+                for i in range.clone() {
+                    if i > range.start && entries[i].point != entries[i - 1].point {
+                        slot += 1;
+                    }
+                    slot_of.push(slot);
+                }
+            }
+            let (these, rest) = std::mem::take(&mut slots).split_at_mut(rows.len());
+            slots = rest;
+            let space = tree.space.flushing_subnormals();
+            // Each member's list length, its own point left out (every member is in its list).
+            let mut listed = vec![0u32; members.len()];
+            for set in &sets_groups {
+                listed[set[2] as usize..][..set[3] as usize].fill(set[1] - 1);
+            }
+            let accepted: Vec<bool> = these
+                .par_iter_mut()
+                .zip(&entries[rows.clone()])
+                .zip(&slot_of)
+                .map_init(
+                    || (Best::default(), Vec::new(), Vec::new()),
+                    |(best, points, list), ((slot, entry), &s)| {
+                        let row = first + entry.row as usize;
+                        best.start(job.exclude[row], 0.0);
+                        // The member's own point, which the GPU leaves out: its other rows.
+                        best.meet(tree, k, entry.point, 0.0, 0.0);
+                        let [count, looked] = found.counts[s];
+                        let count = count as usize;
+                        // The collected points' distances again on the CPU: a GPU sum that came
+                        // out too small (a driver's fault) must not narrow the reach.
+                        let own = tree.vector(entry.point as usize);
+                        for &[p, _] in &found.found[s * found.cap..][..count.min(found.cap)] {
+                            let (lo, hi) = tree.space.bounds(tree.space.sq(own, tree.vector(p as usize)));
+                            best.meet(tree, k, p, lo, hi);
+                        }
+                        let threshold = found.thresholds[s];
+                        // Every list point looked at, every collected point held, and no point
+                        // left out (a GPU sum above the threshold) within the member's reach.
+                        let complete = looked == listed[s]
+                            && count <= found.cap
+                            && (threshold == f32::INFINITY || space.bounds(f64::from(threshold)).0 > best.reach());
+                        if complete {
+                            let answer = query::finish(job, tree, row, best, points, list);
+                            write_row(job.metric, answer.iter().copied(), slot.0, slot.1);
+                        }
+                        complete
+                    },
+                )
+                .collect();
+            on_gpu_rows += accepted.iter().filter(|&&a| a).count();
+            // Rows whose collection was not proven complete: the CPU's descent.
+            let mut left: Vec<(usize, &mut Slot<'_>)> = these
+                .iter_mut()
+                .zip(&entries[rows.clone()])
+                .zip(&accepted)
+                .filter(|(_, &a)| !a)
+                .map(|((slot, entry), _)| (first + entry.row as usize, slot))
+                .collect();
+            left.par_chunks_mut(query::BATCH).for_each_init(Scratch::default, |scratch, chunk| {
+                let rows: Vec<usize> = chunk.iter().map(|c| c.0).collect();
+                query::nearest(job, tree, &rows, scratch, |j, answer| {
+                    let slot = &mut chunk[j].1;
+                    write_row(job.metric, answer.iter().copied(), slot.0, slot.1);
+                });
+            });
+        }
+        Ok(on_gpu_rows)
+    }
 }
 
 /// A group's member points (distinct, in order) and its cover set.
@@ -293,10 +310,11 @@ pub(super) fn entries_of(tree: &TreeRef<'_>, order: &[u32], group: &[u32], block
         .zip(group)
         .flat_map_iter(|(&p, &g)| {
             let (start, end) = (block.start, block.end);
-            tree.rows_of(p as usize)
-                .iter()
-                .filter(move |&&r| start <= r && r < end)
-                .map(move |&r| Entry { point: p, group: g, row: r - start })
+            tree.rows_of(p as usize).iter().filter(move |&&r| start <= r && r < end).map(move |&r| Entry {
+                point: p,
+                group: g,
+                row: r - start,
+            })
         })
         .collect()
 }

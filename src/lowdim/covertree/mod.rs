@@ -130,11 +130,14 @@ pub(crate) fn knn(
             let entries = gpu_query::entries_of(&tree, points, groups, first as u32..(first + len) as u32);
             let order: Vec<u32> = entries.iter().map(|e| e.row).collect();
             let mut slots = slots_in_order(indices, distances, k, &order);
-            crate::trace::mark(|| format!("cover tree: {} rows in {} groups", entries.len(), groups.last().map_or(0, |g| g + 1)));
+            crate::trace::mark(|| {
+                format!("cover tree: {} rows in {} groups", entries.len(), groups.last().map_or(0, |g| g + 1))
+            });
             let base = done.load(Ordering::Relaxed);
             let block_report = |rows: usize| report(base + rows);
-            let budget = gpu.budget().budget;
-            match gpu_query::answer_block(job, &tree, tree_on_gpu, budget, first, &entries, &mut slots, &block_report) {
+            let queries =
+                gpu_query::CoverSetQueries { job, tree: &tree, on_gpu: tree_on_gpu, budget: gpu.budget().budget };
+            match queries.answer_block(first, &entries, &mut slots, &block_report) {
                 Ok(rows) => {
                     run.rows_queried_on_gpu += rows;
                     done.fetch_add(len, Ordering::Relaxed);
