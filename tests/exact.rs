@@ -161,7 +161,9 @@ fn cover_tree_matches_float64_oracle() {
         for table in [lowdim_cases(), cases(), manifold_cases()] {
             let took: Vec<(String, bool, Option<usize>)> = table
                 .iter()
-                .map(|c| (c.name.clone(), c.metric != Metric::InnerProduct, c.queries.is_none().then(|| c.corpus.rows())))
+                .map(|c| {
+                    (c.name.clone(), c.metric != Metric::InnerProduct, c.queries.is_none().then(|| c.corpus.rows()))
+                })
                 .collect();
             let runs = run_cases(knn, table, false, false);
             let (mut graph_rows, mut on_gpu) = (0, 0);
