@@ -24,6 +24,7 @@ use super::query::{self, Best, Scratch};
 use crate::error::{interrupted, Result};
 use crate::gpu::{CoverSets, GpuEngine, TreeOnGpu, COVER_SET_MEMBERS};
 use crate::lowdim::job::{PointRows, TreeJob};
+use crate::plan::DeviceBudget;
 use crate::refine::write_row;
 
 /// Member slots a batch at most: enough work for the GPU between the host's turns.
@@ -51,13 +52,12 @@ pub(super) struct Entry {
 /// A row's answer: its k indices and distances.
 type Slot<'o> = (&'o mut [u32], &'o mut [f32]);
 
-/// A graph's queries of `tree` on the GPU that holds `on_gpu`, within `budget` bytes of its
-/// memory.
+/// A graph's queries of `tree` on the GPU that holds `on_gpu`, within that GPU's `budget`.
 pub(super) struct CoverSetQueries<'a> {
     pub job: &'a TreeJob<'a>,
     pub tree: &'a TreeRef<'a>,
     pub on_gpu: &'a TreeOnGpu<'a>,
-    pub budget: u64,
+    pub budget: DeviceBudget,
 }
 
 impl CoverSetQueries<'_> {
@@ -84,9 +84,13 @@ impl CoverSetQueries<'_> {
                 start = i;
             }
         }
+        // A batch's arrays within half the budget, each within one binding.
+        let DeviceBudget { budget, max_binding } = budget;
         let member_bytes = GpuEngine::cover_set_member_bytes(k);
-        let slots_a_batch = ((budget / 2 / member_bytes) as usize).clamp(COVER_SET_MEMBERS, MAX_SLOTS);
-        let list_entries = (budget / 2 / 4) as usize;
+        let widest_bytes = 8 * GpuEngine::cover_set_cap(k).max(k) as u64;
+        let slots_a_batch =
+            ((budget / 2 / member_bytes).min(max_binding / widest_bytes) as usize).clamp(COVER_SET_MEMBERS, MAX_SLOTS);
+        let list_entries = (budget / 2).min(max_binding) as usize / 4;
         let mut chunks: Vec<Range<usize>> = Vec::new();
         let mut g = 0;
         while g < groups.len() {

@@ -135,8 +135,7 @@ pub(crate) fn knn(
             });
             let base = done.load(Ordering::Relaxed);
             let block_report = |rows: usize| report(base + rows);
-            let queries =
-                gpu_query::CoverSetQueries { job, tree: &tree, on_gpu: tree_on_gpu, budget: gpu.budget().budget };
+            let queries = gpu_query::CoverSetQueries { job, tree: &tree, on_gpu: tree_on_gpu, budget: gpu.budget() };
             match queries.answer_block(first, &entries, &mut slots, &block_report) {
                 Ok(rows) => {
                     run.rows_queried_on_gpu += rows;
