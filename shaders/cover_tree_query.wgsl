@@ -10,9 +10,10 @@
 //   collect: the same sums again; each point at or under T appended to the member's list
 //            (up to `cap`; the count goes on past it so that the host sees the overflow).
 //
-// The host does not trust T: it takes the k-th least upper bound of the points a member
-// collected and checks that no point above T could be within it, and answers a member that
-// fails (or overflowed) on the CPU. So this kernel decides speed, never the answer.
+// The host does not trust T or the sums: it checks that the member looked at its whole
+// list, takes the member's reach from the collected points' distances computed again on the
+// CPU, checks that no point above T could be within it, and answers a member that fails (or
+// overflowed) on the CPU. So this kernel decides speed, never the answer.
 //
 // Every invocation of a workgroup runs the same loops (the list is the group's): barriers
 // stay in uniform control flow, and no invocation leaves a loop the others go on with.
@@ -32,7 +33,7 @@ struct Params {
     key_err: f32,
 }
 
-// Members a group, and values of a list point staged at a time.
+// Members a workgroup, and values of each member staged at a time.
 const GROUP: u32 = 32u;
 const DEPTH: u32 = 32u;
 const STRIDE: u32 = 33u;   // DEPTH + 1: lanes reading their own rows hit different banks

@@ -218,12 +218,13 @@ impl<'a> TreeRef<'a> {
         }
     }
 
-    /// The tree vector of point `p`.
-    #[inline]
+    /// The tree vectors of every point, `dims` values each, in node order.
     pub(super) fn vectors(&self) -> &'a [f32] {
         self.vectors
     }
 
+    /// The tree vector of point `p`.
+    #[inline]
     pub(super) fn vector(&self, p: usize) -> &'a [f32] {
         let d = self.space.dims();
         &self.vectors[p * d..][..d]

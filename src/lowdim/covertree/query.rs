@@ -173,9 +173,9 @@ pub(super) fn cover_set(tree: &TreeRef<'_>, k: usize, centre: &[f32], radius: f6
     scratch.best[0].start(crate::refine::NONE, radius);
     descend(tree, k, 1, scratch);
     let b = &scratch.best[0];
+    // Each point is met once; ascending, the GPU reads the vectors in memory order.
     let mut set: Vec<u32> = b.candidates.iter().filter(|c| c.0 <= b.reach).map(|c| c.1).collect();
     set.sort_unstable();
-    set.dedup();
     set
 }
 
