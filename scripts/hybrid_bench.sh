@@ -7,8 +7,9 @@
 # the kd-tree's outputs must be byte-identical (both exact, ties by index).
 # `hybrid_bench.sh 2 4` runs those dimensions (default 2 4 6); KS="8 32" sets the k's, N the
 # points, DISTS the distributions (default "uniform exponential"); BRUTE=1 adds GPU brute
-# force, CKD=0 leaves cKDTree out. A first run on a small file fills the driver's shader
-# cache, which a fresh machine's first GPU command would otherwise pay for.
+# force, CKD=0 leaves cKDTree out, BASE=path/to/knng adds that build's hybrid (an A/B in one
+# command). A first run on a small file fills the driver's shader cache, which a fresh
+# machine's first GPU command would otherwise pay for.
 set -u
 KNNG=${KNNG:-./target/release/knng}
 DIR=${DIR:-/tmp/hybrid}
@@ -37,6 +38,7 @@ d, i = cKDTree(x).query(x, k=k + 1, workers=-1)
 PY
 python3 -c "import numpy as np; np.save('$DIR/warm.npy', np.random.default_rng(0).uniform(size=(100000, 2)).astype(np.float32))"
 $KNNG graph "$DIR/warm.npy" -k 8 --algorithm hybrid -q -o "$DIR/warm.npz"
+[ -n "${BASE:-}" ] && $BASE graph "$DIR/warm.npy" -k 8 --algorithm hybrid -q -o "$DIR/warm.npz"
 t() { local s=$EPOCHREALTIME; "$@" > "$DIR/out" 2>&1; local rc=$?; awk -v a="$s" -v b="$EPOCHREALTIME" -v rc=$rc 'BEGIN { printf "%.2f s rc=%d", b - a, rc }'; }
 for dims in $DIMS; do
     for dist in ${DISTS:-uniform exponential}; do
@@ -48,6 +50,10 @@ for dims in $DIMS; do
             echo "knng hybrid: $(t $KNNG graph $f -k $k --algorithm hybrid -o $DIR/h.npz) | $(grep -o 'by the GPU grid[^;]*' $DIR/out)"
             echo "knng kdtree: $(t $KNNG graph $f -k $k --algorithm kdtree -q -o $DIR/kd.npz)"
             cmp -s $DIR/h.npz $DIR/kd.npz && echo "outputs identical" || echo "OUTPUTS DIFFER"
+            if [ -n "${BASE:-}" ]; then
+                echo "base hybrid: $(t $BASE graph $f -k $k --algorithm hybrid -o $DIR/hb.npz) | $(grep -o 'by the GPU grid[^;]*' $DIR/out)"
+                cmp -s $DIR/hb.npz $DIR/kd.npz && echo "base output identical" || echo "BASE OUTPUT DIFFERS"
+            fi
             [ "${BRUTE:-0}" = 1 ] && echo "knng GPU brute: $(t $KNNG graph $f -k $k --algorithm brute --backend gpu -q -o $DIR/b.npz)"
             [ "${CKD:-1}" = 1 ] && echo "cKDTree: $(t python3 $DIR/ckd.py $f $k)"
         done

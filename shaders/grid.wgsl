@@ -5,6 +5,7 @@
 // only non-empty cells take memory. `query_cells` gives each query the `kc` nearest points
 // (f32 keys) of the 3^d cells around its own, in a max-heap of its own, and how many points
 // those cells held; the host proves each answer exact or hands the query to the kd-tree.
+// A query whose loops were cut short (`loops_ran_whole`) is reported FAILED instead.
 //
 // Cell coordinates are floor((x - lo) * inv) in f32, clamped to the grid, computed the same
 // way for corpus points and queries. Their rounding moves a coordinate by less than
@@ -25,6 +26,8 @@ struct Params {
 
 const MAX_DIMS: u32 = 6u;
 const NONE: u32 = 0xffffffffu;
+// `found` of a query whose answer the kernel cannot vouch for: no proof takes it.
+const FAILED: u32 = 0xffffffffu;
 
 // Per dimension j < dims: lo (f32 bits) at j, cells a side at 8 + j, the id's stride at 16 + j;
 // inv (f32 bits) at 24.
@@ -80,6 +83,20 @@ fn first_of(id: u32) -> u32 {
         }
     }
     return lo;
+}
+
+// Whether this invocation's loops all ran to their end. llvmpipe (Mesa's software driver,
+// lavapipe and its GL) stops every loop of an invocation once all its loops together have
+// taken 65535 steps, and reports nothing: a query of a crowded region then misses points and
+// its heap looks complete. The steps are counted for all loops together, so a last loop of
+// dims + 1 steps (a count the compiler cannot unroll) that ends short means earlier ones may
+// have.
+fn loops_ran_whole() -> bool {
+    var steps = 0u;
+    for (var i = 0u; i <= p.dims; i++) {
+        steps++;
+    }
+    return steps == p.dims + 1u;
 }
 
 fn swap_slots(a: u32, b: u32) {
@@ -184,5 +201,5 @@ fn query_cells(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id)
         heap_keys[base + slot] = bitcast<f32>(0x7f800000u);
         heap_ids[base + slot] = NONE;
     }
-    found[q] = seen;
+    found[q] = select(FAILED, min(seen, FAILED - 1u), loops_ran_whole());
 }

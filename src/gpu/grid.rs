@@ -3,7 +3,7 @@
 //! the grid's cells are and what its answers prove is decided in `lowdim::grid`.
 
 use super::engine::GpuEngine;
-use super::kernels::{bind_group, grid, GridParams, Job, ParamSlots, Step, GRID_GROUP, GRID_MAX_DIMS};
+use super::kernels::{bind_group, grid, GridParams, Job, ParamSlots, Step, GRID_FAILED, GRID_GROUP, GRID_MAX_DIMS};
 use super::sort::{Pairs, SortKey};
 use super::transfer::read_back;
 use crate::error::{Error, Result};
@@ -31,12 +31,15 @@ impl GridCells {
 }
 
 /// Each query's `kc` nearest corpus points (f32 keys, NONE-padded, in no order) among the
-/// cells around its own, and how many points those cells held.
+/// cells around its own, and how many points those cells held (`GRID_FAILED` for a query the
+/// GPU could not answer).
 pub(crate) struct GridAnswers {
     pub kc: usize,
     pub keys: Vec<f32>,
     pub points: Vec<u32>,
     pub seen: Vec<u32>,
+    /// Queries the GPU could not answer.
+    pub failed: usize,
 }
 
 /// A corpus of points indexed on the GPU: the points and their (cell id, point) pairs sorted.
@@ -156,7 +159,8 @@ impl GpuGrid<'_> {
         let points: Vec<u32> = read_back(gpu, &heap_ids, Some(nq * kc * 4))?;
         let seen: Vec<u32> = read_back(gpu, &seen, Some(nq * 4))?;
         gpu.ctx.wait()?;
-        crate::trace::mark(|| format!("grid: {nq} queries' answers read back"));
-        Ok(GridAnswers { kc, keys, points, seen })
+        let failed = seen.iter().filter(|&&found| found == GRID_FAILED).count();
+        crate::trace::mark(|| format!("grid: {nq} queries' answers read back, {failed} not answered"));
+        Ok(GridAnswers { kc, keys, points, seen, failed })
     }
 }

@@ -41,7 +41,7 @@ pub(crate) use cover_tree_query::{CoverSetBounds, CoverSets, TreeOnGpu, COVER_SE
 pub use diagnose::missing_gpu_hint;
 pub(crate) use engine::{GpuEngine, GpuSettings};
 pub(crate) use grid::{GpuGrid, GridAnswers, GridCells};
-pub(crate) use kernels::GRID_MAX_DIMS;
 pub(crate) use kernels::MAX_CERTIFY_KC;
+pub(crate) use kernels::{GRID_FAILED, GRID_MAX_DIMS};
 pub use profile::GpuTimes;
 pub(crate) use session::CorpusSession;

@@ -8,7 +8,7 @@
 //! that is not a candidate has an f32 key no smaller than the largest candidate's. The
 //! answer is proven when its k-th exact key is below both, the f32 key's own error taken off.
 
-use crate::gpu::GridCells;
+use crate::gpu::{GridCells, GRID_FAILED};
 
 /// Fraction of the sampled queries whose k-th neighbour lies within the cell width: the
 /// grid is sized so that about this many queries succeed on the GPU; the rest (sparse
@@ -156,8 +156,12 @@ pub(super) fn estimated_kth_keys<const K: usize>(
 }
 
 /// The lower bound on the exact key of every corpus point a query's grid candidates left
-/// out: `seen` points were in its cells, `kc` kept, the largest kept with f32 key `largest`.
+/// out: `seen` points were in its cells, `kc` kept, the largest kept with f32 key `largest`;
+/// none where the GPU could not answer the query.
 pub(super) fn outside_bound(plan: &GridPlan, seen: u32, kc: usize, largest: f32) -> f64 {
+    if seen == GRID_FAILED {
+        return f64::NEG_INFINITY;
+    }
     if (seen as usize) <= kc {
         return plan.reach_key;
     }
@@ -236,5 +240,6 @@ mod tests {
         let bound = outside_bound(&plan, 9, 5, 1.0);
         assert!(bound < 1.0 && bound > 0.999);
         assert_eq!(outside_bound(&plan, 9, 5, f32::INFINITY), f64::NEG_INFINITY);
+        assert_eq!(outside_bound(&plan, GRID_FAILED, 5, 1.0), f64::NEG_INFINITY);
     }
 }

@@ -9,6 +9,10 @@ use crate::gpu::shaders;
 /// cells, 729 at six.
 pub(crate) const GRID_MAX_DIMS: usize = 6;
 
+/// The count `query_cells` reports for a query it could not answer (its loops were cut
+/// short).
+pub(crate) const GRID_FAILED: u32 = u32::MAX;
+
 /// Invocations a workgroup of grid.wgsl.
 pub(in crate::gpu) const GRID_GROUP: usize = 64;
 
