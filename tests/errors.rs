@@ -250,22 +250,29 @@ fn kd_tree_graphs_beyond_the_memory_limit_are_streamed_in_blocks() {
 
 /// An index file changed in any byte, cut short at any length, lengthened, or written in
 /// another format version is refused with a message that names the file and says what is
-/// wrong; the file itself loads and answers.
+/// wrong; the file itself loads and answers. Under cosine the tree holds unit vectors beside
+/// the rows; under euclidean it reads its points from the rows, held once in node order.
 #[test]
 fn damaged_index_files_are_refused() {
+    for metric in [Metric::Cosine, Metric::Euclidean] {
+        damaged_index_files_are_refused_under(metric);
+    }
+}
+
+fn damaged_index_files_are_refused_under(metric: Metric) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("grid.knng");
     let knn =
         Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::CoverTree, ..Options::default() }).unwrap();
     let data = grid(40, 3);
-    knn.build_index(data.view(), Metric::Cosine).unwrap().save(&path).unwrap();
+    knn.build_index(data.view(), metric).unwrap().save(&path).unwrap();
     let good = std::fs::read(&path).unwrap();
     let index = knng::Index::load(&path).unwrap();
     // The grid repeats rows: 19 distinct points among its 40.
-    assert_eq!(index.points(), Some(19));
+    assert_eq!(index.points(), Some(19), "{metric}");
     let found = knn.search_index(&index, data.view(), 1).unwrap();
-    assert_eq!(found, knn.search(data.view(), data.view(), 1, Metric::Cosine).unwrap());
-    assert_eq!(knng::Index::from_bytes(&good).unwrap().corpus().as_slice(), data.as_slice());
+    assert_eq!(found, knn.search(data.view(), data.view(), 1, metric).unwrap());
+    assert_eq!(&knng::Index::from_bytes(&good).unwrap().corpus()[..], data.as_slice());
 
     let refused = |bytes: &[u8], what: &str| -> String {
         std::fs::write(&path, bytes).unwrap();
@@ -298,9 +305,9 @@ fn damaged_index_files_are_refused() {
     npy[..6].copy_from_slice(b"\x93NUMPY");
     assert!(refused(&npy, "another kind of file").contains("not a knng index"));
     let mut newer = good.clone();
-    newer[8] = 2;
-    let e = refused(&newer, "format 2");
-    assert!(e.contains("index format 2") && e.contains("reads format 1") && e.contains("build the index again"), "{e}");
+    newer[8] = 3;
+    let e = refused(&newer, "format 3");
+    assert!(e.contains("index format 3") && e.contains("reads format 2") && e.contains("build the index again"), "{e}");
     let mut header = good.clone();
     header[60] ^= 1;
     assert!(refused(&header, "header").contains("header fails its checksum"));

@@ -216,9 +216,11 @@ pub fn run_hdf5_layout(data: &[u8]) -> Result<(), String> {
 pub fn run_index(data: &[u8]) -> Outcome {
     static KNN: OnceLock<knng::Knn> = OnceLock::new();
     let index = knng::Index::from_bytes(data).map_err(|e| e.to_string())?;
-    let corpus = index.corpus();
-    let (rows, cols) = (corpus.rows(), corpus.cols());
+    let (rows, cols) = index.shape();
     assert!(rows > 0 && cols > 0, "an index of {rows} rows x {cols} columns loaded");
+    let values = index.corpus();
+    assert_eq!(values.len(), rows * cols, "corpus values of an index of {rows} x {cols}");
+    let corpus = knng::MatrixRef::new(&values, rows, cols).expect("an index's rows make a matrix");
     let knn = KNN.get_or_init(|| {
         let options = knng::Options { backend: knng::Backend::Cpu, ..knng::Options::default() };
         knng::Knn::new(options).expect("the CPU backend opens")

@@ -299,8 +299,7 @@ impl PyIndex {
 
     #[getter]
     fn shape(&self) -> (usize, usize) {
-        let corpus = self.index.corpus();
-        (corpus.rows(), corpus.cols())
+        self.index.shape()
     }
 
     #[getter]

@@ -17,14 +17,14 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::error::Result;
 use crate::io::checksum;
-use crate::lowdim::covertree::{Node, Parts, TreeRef};
+use crate::lowdim::covertree::{self, Node, Parts, TreeRef};
 use crate::metric::Metric;
 use crate::search::Algorithm;
 
 const MAGIC: [u8; 8] = *b"KNNGINDX";
 
 /// The version of the layout this build writes and reads; raised whenever it changes.
-pub(crate) const FORMAT: u32 = 1;
+pub(crate) const FORMAT: u32 = 2;
 
 /// Written as a u32: reads as this value only where the reader's byte order is the writer's.
 const BYTE_ORDER: u32 = 0x0102_0304;
@@ -34,7 +34,8 @@ const ALIGN: u64 = 64;
 
 /// The arrays, in file order: the corpus rows (f32), then a cover tree's nodes, tree vectors
 /// (f32), rows in node order (u32) and each point's first row (u32); the tree's are empty in
-/// a brute-force index.
+/// a brute-force index. A euclidean cover tree's points are the corpus rows themselves: its
+/// index holds no tree vectors, and its corpus rows in node order (the order of `rows`).
 const ARRAYS: [&str; 5] = ["corpus", "nodes", "vectors", "rows", "first"];
 
 #[repr(C)]
@@ -89,6 +90,7 @@ pub(crate) struct Contents<'a> {
     pub metric: Metric,
     pub rows: usize,
     pub cols: usize,
+    /// In node order where a cover tree reads its points from them (see `ARRAYS`).
     pub corpus: &'a [f32],
     /// The cover tree, in a cover-tree index.
     pub tree: Option<Parts<'a>>,
@@ -183,11 +185,12 @@ pub(crate) fn read(bytes: &[u8], verify: bool) -> std::result::Result<Contents<'
     let metric = *Metric::ALL.get(header.metric as usize).ok_or(format!("unknown metric code {}", header.metric))?;
     let (rows, cols, points) = (header.rows, header.cols, header.points);
     let tree = algorithm == Algorithm::CoverTree;
+    let placed = if tree && !covertree::places_rows_as_given(metric) { points } else { 0 };
     // Values each array must hold, and their size.
     let lens: [(Option<u64>, u64); 5] = [
         (rows.checked_mul(cols), 4),
         (Some(if tree { points } else { 0 }), std::mem::size_of::<Node>() as u64),
-        (if tree { points.checked_mul(cols) } else { Some(0) }, 4),
+        (placed.checked_mul(cols), 4),
         (Some(if tree { rows } else { 0 }), 4),
         (if tree { points.checked_add(1) } else { Some(0) }, 4),
     ];

@@ -6,6 +6,7 @@
 
 mod file;
 
+use std::borrow::Cow;
 use std::path::Path;
 
 use crate::data::{MatrixRef, Neighbors};
@@ -50,16 +51,11 @@ pub struct Index {
 
 /// Where an index's arrays lie.
 enum Held {
-    Built {
-        corpus: Vec<f32>,
-        tree: Option<Tree>,
-    },
+    /// `corpus`: the rows as [`Index::stored_corpus`] lays them out.
+    Built { corpus: Vec<f32>, tree: Option<Tree> },
     /// The first `len` bytes of `bytes` (a map, or a copy in 8-byte aligned memory): a file
     /// that `file::read` has checked.
-    File {
-        bytes: Bytes,
-        len: usize,
-    },
+    File { bytes: Bytes, len: usize },
 }
 
 enum Bytes {
@@ -141,8 +137,38 @@ impl Index {
         self.metric
     }
 
-    /// The corpus rows.
-    pub fn corpus(&self) -> MatrixRef<'_> {
+    /// Rows and columns of the corpus.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+
+    /// The corpus rows, row-major, [`Index::shape`] of them: borrowed from the index, or
+    /// gathered from it into their own order where a euclidean cover tree holds them in the
+    /// tree's order (so that the index holds each row once).
+    pub fn corpus(&self) -> Cow<'_, [f32]> {
+        let contents = self.contents();
+        match contents.tree.filter(|_| self.rows_in_node_order()) {
+            None => Cow::Borrowed(contents.corpus),
+            Some(tree) => {
+                let d = self.cols;
+                let mut rows = vec![0f32; self.rows * d];
+                for (values, &r) in contents.corpus.chunks_exact(d).zip(tree.rows) {
+                    rows[r as usize * d..][..d].copy_from_slice(values);
+                }
+                Cow::Owned(rows)
+            }
+        }
+    }
+
+    /// Whether the corpus rows are held in the cover tree's node order, the tree reading its
+    /// points from them.
+    fn rows_in_node_order(&self) -> bool {
+        self.algorithm == Algorithm::CoverTree && covertree::places_rows_as_given(self.metric)
+    }
+
+    /// The corpus rows as the index holds them: in their own order, or in the tree's
+    /// ([`Index::rows_in_node_order`]).
+    fn stored_corpus(&self) -> MatrixRef<'_> {
         MatrixRef::new(self.contents().corpus, self.rows, self.cols).expect("checked when built or loaded")
     }
 
@@ -160,14 +186,15 @@ impl Index {
                 rows: self.rows,
                 cols: self.cols,
                 corpus,
-                tree: tree.as_ref().map(|t| t.view().parts(self.metric)),
+                tree: tree.as_ref().map(|t| t.view().parts()),
             },
             Held::File { bytes, len } => file::read(&bytes.as_slice()[..*len], false).expect("checked when loaded"),
         }
     }
 
     fn tree(&self) -> Option<TreeRef<'_>> {
-        self.contents().tree.as_ref().map(TreeRef::of)
+        let contents = self.contents();
+        contents.tree.as_ref().map(|parts| TreeRef::of(parts, contents.corpus))
     }
 }
 
@@ -226,7 +253,13 @@ impl Knn {
             }
             _ => None,
         };
-        let corpus = data.as_slice().to_vec();
+        let (corpus, tree) = match tree {
+            Some(mut tree) => match tree.rows_in_node_order(data) {
+                Some(rows) => (rows, Some(tree)),
+                None => (data.as_slice().to_vec(), Some(tree)),
+            },
+            None => (data.as_slice().to_vec(), None),
+        };
         Ok(Index { algorithm, metric, rows: data.rows(), cols: data.cols(), held: Held::Built { corpus, tree } })
     }
 
@@ -237,11 +270,12 @@ impl Knn {
     /// is [`Algorithm::Auto`] or [`Algorithm::CoverTree`]; any other algorithm, and an index
     /// of the rows alone, search the rows as [`Knn::search`] does.
     pub fn search_index(&self, index: &Index, queries: MatrixRef<'_>, k: usize) -> Result<Neighbors> {
-        let (corpus, metric) = (index.corpus(), index.metric());
+        let metric = index.metric();
         let tree = index.tree().filter(|_| matches!(self.options.algorithm, Algorithm::Auto | Algorithm::CoverTree));
         let Some(tree) = tree else {
-            return self.search(corpus, queries, k, metric);
+            let corpus = index.corpus();
+            return self.search(MatrixRef::new(&corpus, index.rows, index.cols)?, queries, k, metric);
         };
-        self.search_tree(tree, corpus, queries, k, metric)
+        self.search_tree(tree, index.stored_corpus(), queries, k, metric)
     }
 }

@@ -424,7 +424,7 @@ fn search_index(a: SearchArgs, ranks: &Ranks) -> Outcome {
     engine.status(format!("loaded {}: {} in {}", a.corpus, describe(&index), seconds(start.elapsed().as_secs_f64())));
     let query_file = open(&a.queries)?;
     io::refuse_overwriting_inputs(out, &[Path::new(&a.corpus), query_file.path()])?;
-    let (n, d) = (index.corpus().rows(), index.corpus().cols());
+    let (n, d) = index.shape();
     if query_file.cols() != d {
         return Err(Failure(format!(
             "dimension mismatch: index {} has {d} columns but queries {} have {}",
@@ -448,7 +448,7 @@ fn search_index(a: SearchArgs, ranks: &Ranks) -> Outcome {
 
 /// What an index holds, e.g. `a cover tree over 1000 rows (998 distinct) x 64 columns, cosine`.
 fn describe(index: &Index) -> String {
-    let (n, d, metric) = (index.corpus().rows(), index.corpus().cols(), index.metric());
+    let ((n, d), metric) = (index.shape(), index.metric());
     match index.points() {
         Some(points) => {
             format!("a cover tree over {n} row{} ({points} distinct) x {d} column{}, {metric}", plural(n), plural(d))

@@ -37,7 +37,8 @@ pub(crate) struct Node {
     pub parent_hi: f64,
 }
 
-/// A cover tree over the distinct points of a corpus, built in memory.
+/// A cover tree over the distinct points of a corpus, built in memory. It holds its points'
+/// tree vectors in node order, until [`Tree::rows_in_node_order`].
 pub(crate) struct Tree {
     space: Space,
     nodes: Vec<Node>,
@@ -54,11 +55,21 @@ pub(crate) struct TreeRef<'a> {
     /// Node 0 is the root; a node's children are consecutive, and each subtree's nodes
     /// follow its parent's block, so that near points lie near in memory.
     pub(super) nodes: &'a [Node],
-    /// The tree vector of each point, `dims` values each, in node order.
-    vectors: &'a [f32],
+    vectors: Vectors<'a>,
     /// Rows of point p: `rows[first[p]..first[p + 1]]`, ascending; the first stands for it.
     rows: &'a [u32],
     first: &'a [u32],
+}
+
+/// Where a tree's points lie.
+#[derive(Clone, Copy)]
+enum Vectors<'a> {
+    /// The tree vector of each point, `dims` values each, in node order: unit rows for cosine
+    /// and correlation, and copies of the rows in a tree built for one job.
+    Placed(&'a [f32]),
+    /// The corpus rows themselves, laid out in node order (`rows`' order), a point being its
+    /// first row: a saved index's euclidean tree, which so holds each row once.
+    Rows(&'a [f32]),
 }
 
 impl PointRows for TreeRef<'_> {
@@ -125,9 +136,32 @@ impl Tree {
         Ok(Some(Tree { space, nodes, vectors, rows: node_rows, first: node_first }))
     }
 
-    /// The tree's arrays, to be searched.
+    /// The tree's arrays, to be searched. Only before [`Tree::rows_in_node_order`]: after
+    /// it, [`TreeRef::of`] its parts over the corpus.
     pub(crate) fn view(&self) -> TreeRef<'_> {
-        TreeRef { space: self.space, nodes: &self.nodes, vectors: &self.vectors, rows: &self.rows, first: &self.first }
+        let vectors = Vectors::Placed(&self.vectors);
+        TreeRef { space: self.space, nodes: &self.nodes, vectors, rows: &self.rows, first: &self.first }
+    }
+
+    /// Where the tree vectors are copies of the corpus rows (euclidean metrics), drops them
+    /// and gives `corpus` laid out in node order instead, for [`TreeRef::of`]: a tree kept
+    /// beside its corpus, as an index keeps it, then holds each row once.
+    pub(crate) fn rows_in_node_order(&mut self, corpus: MatrixRef<'_>) -> Option<Vec<f32>> {
+        if !Space::places_rows_as_given(self.space.metric()) {
+            return None;
+        }
+        let placed = std::mem::take(&mut self.vectors);
+        if self.rows.len() == self.nodes.len() {
+            // Every row its own point: the placed copies are the rows in node order already.
+            return Some(placed);
+        }
+        drop(placed);
+        let d = corpus.cols();
+        let mut out = vec![0f32; corpus.rows() * d];
+        out.par_chunks_mut(d.max(1))
+            .zip(self.rows.par_iter())
+            .for_each(|(o, &r)| o.copy_from_slice(corpus.row(r as usize)));
+        Some(out)
     }
 }
 
@@ -138,23 +172,30 @@ pub(crate) struct Parts<'a> {
     /// [`Space::centring_of`] the corpus.
     pub centring: f64,
     pub nodes: &'a [Node],
+    /// Tree vectors in node order; none where the metric places rows as given
+    /// ([`Space::places_rows_as_given`]): the corpus rows are the points then.
     pub vectors: &'a [f32],
     pub rows: &'a [u32],
     pub first: &'a [u32],
 }
 
 impl<'a> TreeRef<'a> {
-    /// The tree of `parts`, which [`TreeRef::check`] has passed.
-    pub(crate) fn of(parts: &Parts<'a>) -> Self {
+    /// The tree of `parts`, which [`TreeRef::check`] has passed, over `corpus`: the corpus
+    /// rows in node order where the metric places rows as given ([`Tree::rows_in_node_order`]).
+    pub(crate) fn of(parts: &Parts<'a>, corpus: &'a [f32]) -> Self {
         let space = Space::new(parts.metric, parts.dims, parts.centring);
-        TreeRef { space, nodes: parts.nodes, vectors: parts.vectors, rows: parts.rows, first: parts.first }
+        let vectors = match Space::places_rows_as_given(parts.metric) {
+            true => Vectors::Rows(corpus),
+            false => Vectors::Placed(parts.vectors),
+        };
+        TreeRef { space, nodes: parts.nodes, vectors, rows: parts.rows, first: parts.first }
     }
 
     /// Whether `parts` over a corpus of `corpus_rows` rows make a tree that every query can
     /// descend: sizes that agree, every row once, every node below the root once and after
     /// its parent, bounds that are numbers. Says what is wrong where they do not.
     pub(crate) fn check(parts: &Parts<'_>, corpus_rows: usize) -> std::result::Result<(), String> {
-        let &Parts { dims, centring, nodes, vectors, rows, first, .. } = parts;
+        let &Parts { metric, dims, centring, nodes, vectors, rows, first } = parts;
         let points = nodes.len();
         if !(centring.is_finite() && centring >= 0.0) {
             return Err(format!("centring error {centring} is not a number >= 0"));
@@ -162,7 +203,8 @@ impl<'a> TreeRef<'a> {
         if rows.len() != corpus_rows || points == 0 || points > corpus_rows {
             return Err(format!("{} rows and {points} points for a corpus of {corpus_rows} rows", rows.len()));
         }
-        if Some(vectors.len()) != points.checked_mul(dims) {
+        let placed = if Space::places_rows_as_given(metric) { 0 } else { points };
+        if Some(vectors.len()) != placed.checked_mul(dims) {
             return Err(format!("{} vector values for {points} points of {dims} columns", vectors.len()));
         }
         if first.len() != points + 1 || first[0] != 0 || first[points] as usize != rows.len() {
@@ -205,29 +247,58 @@ impl<'a> TreeRef<'a> {
         Ok(())
     }
 
-    /// The arrays to save.
-    pub(crate) fn parts(&self, metric: Metric) -> Parts<'a> {
+    /// The arrays to save: the tree vectors only where they are not the rows.
+    pub(crate) fn parts(&self) -> Parts<'a> {
+        let metric = self.space.metric();
         Parts {
             metric,
             dims: self.space.dims(),
             centring: self.space.centring(),
             nodes: self.nodes,
-            vectors: self.vectors,
+            vectors: match self.vectors {
+                Vectors::Placed(v) if !Space::places_rows_as_given(metric) => v,
+                _ => &[],
+            },
             rows: self.rows,
             first: self.first,
         }
     }
 
-    /// The tree vectors of every point, `dims` values each, in node order.
-    pub(super) fn vectors(&self) -> &'a [f32] {
-        self.vectors
+    /// The tree vectors of every point, `dims` values each, in node order (gathered from the
+    /// rows where the tree reads its points from them).
+    pub(super) fn vectors(&self) -> std::borrow::Cow<'a, [f32]> {
+        match self.vectors {
+            Vectors::Placed(v) => std::borrow::Cow::Borrowed(v),
+            Vectors::Rows(_) => {
+                let d = self.space.dims();
+                let mut out = vec![0f32; self.nodes.len() * d];
+                out.par_chunks_mut(d.max(1)).enumerate().for_each(|(p, o)| o.copy_from_slice(self.vector(p)));
+                std::borrow::Cow::Owned(out)
+            }
+        }
     }
 
     /// The tree vector of point `p`.
     #[inline]
     pub(super) fn vector(&self, p: usize) -> &'a [f32] {
         let d = self.space.dims();
-        &self.vectors[p * d..][..d]
+        match self.vectors {
+            Vectors::Placed(v) => &v[p * d..][..d],
+            Vectors::Rows(rows) => &rows[self.first[p] as usize * d..][..d],
+        }
+    }
+
+    /// The values of the corpus row that stands for point `p`, from `corpus` (the job's rows
+    /// in their own order) unless the tree holds the rows itself.
+    #[inline]
+    pub(super) fn row_values<'c>(&self, p: usize, corpus: MatrixRef<'c>) -> &'c [f32]
+    where
+        'a: 'c,
+    {
+        match self.vectors {
+            Vectors::Rows(_) => self.vector(p),
+            Vectors::Placed(_) => corpus.row(self.row_of(p)),
+        }
     }
 
     /// The corpus row that stands for point `p` (the lowest of its rows).

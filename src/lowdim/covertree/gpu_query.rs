@@ -37,7 +37,7 @@ const GROUP_POINTS: usize = 128;
 /// The tree's vectors on `gpu`, for queries of `k` neighbours.
 pub(super) fn open<'e>(gpu: &'e GpuEngine, tree: &TreeRef<'_>, k: usize) -> Result<TreeOnGpu<'e>> {
     let space = tree.space.flushing_subnormals();
-    gpu.tree_for_queries(tree.vectors(), space.dims(), k, space.gpu_bounds())
+    gpu.tree_for_queries(&tree.vectors(), space.dims(), k, space.gpu_bounds())
 }
 
 /// One row of a block: its point and its place among the block's rows.

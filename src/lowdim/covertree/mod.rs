@@ -33,6 +33,12 @@ use crate::refine::write_row;
 /// queries that descend the tree together.
 const ROWS_PER_TASK: usize = 8 * query::BATCH;
 
+/// Whether a tree under `metric` reads its points from the corpus rows, so that an index
+/// holds them once.
+pub(crate) fn places_rows_as_given(metric: Metric) -> bool {
+    space::Space::places_rows_as_given(metric)
+}
+
 /// Whether the cover tree computes `metric`: the metrics that are, or order rows as, a
 /// euclidean distance.
 pub(crate) fn handles(metric: Metric) -> bool {

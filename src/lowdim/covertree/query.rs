@@ -196,7 +196,7 @@ pub(super) fn finish<'s>(
         b.candidates
             .iter()
             .filter(|c| c.0 <= b.reach)
-            .map(|&(_, p)| (job.metric.rank_key_f64(query_row, job.corpus.row(tree.row_of(p as usize))), p as usize)),
+            .map(|&(_, p)| (job.metric.rank_key_f64(query_row, tree.row_values(p as usize, job.corpus)), p as usize)),
     );
     points.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let kth = kth_row_key(tree, k, b.excluded, points).unwrap_or(f64::INFINITY);

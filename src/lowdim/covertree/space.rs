@@ -85,12 +85,18 @@ impl Space {
     pub(super) fn gpu_bounds(&self) -> crate::gpu::CoverSetBounds {
         let up = |x: f64| (x * (1.0 + 1e-6)) as f32;
         crate::gpu::CoverSetBounds {
-            euclidean: matches!(self.metric, Metric::Euclidean | Metric::SqEuclidean),
+            euclidean: Space::places_rows_as_given(self.metric),
             sum_rel: up(self.sum_rel),
             sum_abs: up(self.sum_abs),
             vector_err: up(self.vector_err),
             key_err: up(self.key_err),
         }
+    }
+
+    /// Whether a row's tree vector is the row itself (euclidean metrics), so that a tree
+    /// can read its points from the corpus instead of holding copies.
+    pub(crate) fn places_rows_as_given(metric: Metric) -> bool {
+        matches!(metric, Metric::Euclidean | Metric::SqEuclidean)
     }
 
     /// The centring error this space was made for.
@@ -110,7 +116,7 @@ impl Space {
     /// Writes the tree vector of `row` to `out` (`d` values).
     pub(super) fn place(&self, row: &[f32], out: &mut [f32]) {
         match self.metric {
-            Metric::Euclidean | Metric::SqEuclidean => out.copy_from_slice(row),
+            _ if Space::places_rows_as_given(self.metric) => out.copy_from_slice(row),
             Metric::Cosine => unit(row.iter().map(|&x| f64::from(x)), row.len(), out),
             _ => {
                 let mean = row.iter().map(|&x| f64::from(x)).sum::<f64>() / row.len() as f64;
@@ -175,6 +181,10 @@ impl Space {
 
     pub(super) fn dims(&self) -> usize {
         self.d
+    }
+
+    pub(super) fn metric(&self) -> Metric {
+        self.metric
     }
 }
 
