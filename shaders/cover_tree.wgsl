@@ -22,6 +22,11 @@
 // a part does not matter to the tree). Sets created during a round (by prepare or finish)
 // take no part in it: the sets of a round are those counted when the round before ended.
 //
+// Mesa's llvmpipe ends every loop of an invocation once its loops together have taken 65535
+// steps, with no error: a distance over more columns, or a long run of leaves, would come out
+// short. Each entry point whose loops may run long ends with `check_loops_ran_whole`, which
+// raises CUT_SHORT, and the host then builds the tree on the CPU.
+//
 // Once every set is done, `nodes` writes what the host reads of each set but the root's into
 // the entry arrays, no longer needed: its point and parent, and its f32 squared distances to
 // the parent and to its farthest member. The host turns these into bounds on true distances
@@ -66,6 +71,7 @@ const SPLIT_ONCE: u32 = 14u;   // 1 once RADIUS_SQ holds
 const MADE: u32 = 0u;
 const FINISHED: u32 = 1u;
 const OF_ROUND: u32 = 2u;
+const CUT_SHORT: u32 = 3u;     // nonzero once an invocation's loops were ended early
 const HEAD: u32 = 4u;
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -101,6 +107,20 @@ fn sq(a: u32, b: u32) -> f32 {
     return sum;
 }
 
+// Raises CUT_SHORT where this invocation's loops were ended early (see the header): the steps
+// are counted for all loops together, so a last loop that ends short means earlier ones may
+// have. Its count comes from the uniform, so the compiler cannot unroll it.
+fn check_loops_ran_whole() {
+    let want = 2u + (p.dims & 1u);
+    var steps = 0u;
+    for (var i = 0u; i < want; i++) {
+        steps++;
+    }
+    if (steps != want) {
+        atomicStore(&counters[CUT_SHORT], 1u);
+    }
+}
+
 // The largest power of four below `far` (> 0): the squared level.
 fn level_below(far: f32) -> f32 {
     var t = 1.0;
@@ -122,6 +142,7 @@ fn root(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     }
     entries_in[i] = vec2<u32>(i + 1u, bitcast<u32>(sq(0u, i + 1u)));
     set_in[i] = 0u;
+    check_loops_ran_whole();
 }
 
 // Each splitting set's farthest member; each peeling set's far members' distances to f.
@@ -143,6 +164,7 @@ fn measure(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid
         let f_at = field(s, FAR_START);
         if (i > f_at) {
             peeled_sq[i] = bitcast<u32>(sq(entries_in[f_at].x, entries_in[i].x));
+            check_loops_ran_whole();
         }
     }
 }
@@ -189,6 +211,7 @@ fn prepare(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid
         set_field(c, PARENT_SQ, entries_in[a + j].y);
         set_field(c, SPLIT_ONCE, 1u);
     }
+    check_loops_ran_whole();
     atomicAdd(&counters[FINISHED], m + 1u);
     set_field(s, STEP, DONE);
     set_field(s, ROUND, LEAVES);

@@ -183,6 +183,38 @@ fn cover_tree_matches_float64_oracle() {
     }
 }
 
+/// Mesa's llvmpipe ends an invocation's loops once they have taken 65535 steps together, with
+/// no error; the cover tree's GPU build sums one distance in one invocation, so with more
+/// columns than that its sums there come out short. There the build must say so and the tree
+/// be built on the CPU; on every adapter the graph is the float64 oracle's.
+#[test]
+fn cover_tree_builds_cut_short_by_the_driver_fall_back_to_the_cpu() {
+    let options = Options {
+        backend: Backend::Gpu,
+        adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+        algorithm: Algorithm::CoverTree,
+        no_subgroups: true,
+        ..Options::default()
+    };
+    let Some(knn) = gpu_engine(options) else { return };
+    let (n, d, k) = (40, 70_000, 3);
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let values: Vec<f32> = (0..n * d)
+        .map(|_| {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (state >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect();
+    let data = knng::Matrix::new(values, n, d).unwrap();
+    let got = knn.graph(data.view(), k, Metric::Euclidean).unwrap();
+    check("cover tree, 70000 columns", &data, &data, k, Metric::Euclidean, true, &got);
+    let stats = knn.last_run();
+    assert_eq!(stats.algorithm, Algorithm::CoverTree);
+    if knn.description().contains("llvmpipe") {
+        assert!(!stats.tree_built_on_gpu, "llvmpipe cut the build's loops short, and the GPU's tree was kept");
+    }
+}
+
 /// Saved indexes on the low-dimensional table, the manifolds and the general table: each
 /// built, saved, loaded (mapped) and searched by the cover tree (an index of the rows alone
 /// for inner products, searched by brute force), with each case's queries or, for a graph

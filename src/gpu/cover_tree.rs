@@ -122,6 +122,13 @@ impl GpuEngine {
             self.completion(submitted)?;
             jobs.clear();
             let counters: Vec<u32> = read_back(self, &counter_buffer, Some(COUNTER_HEAD * 4))?;
+            if counters[COUNTER_CUT_SHORT] != 0 {
+                return Err(Error::Gpu(
+                    "the driver ended the cover tree build's loops early (llvmpipe stops an invocation after 65535 \
+                     loop steps)"
+                        .into(),
+                ));
+            }
             if counters[COUNTER_FINISHED] as usize >= points {
                 break;
             }

@@ -19,11 +19,13 @@ pub(in crate::gpu) const SET_RADIUS_SQ: usize = 9;
 pub(in crate::gpu) const STEP_SPLIT: u32 = 1;
 
 /// Counters ahead of the per-set ones (`HEAD`), and the sets done (`FINISHED`) and made
-/// (`MADE`), the sets of the round (`OF_ROUND`).
+/// (`MADE`), the sets of the round (`OF_ROUND`), and whether a driver ended an invocation's
+/// loops early (`CUT_SHORT`).
 pub(in crate::gpu) const COUNTER_HEAD: usize = 4;
 pub(in crate::gpu) const COUNTER_MADE: usize = 0;
 pub(in crate::gpu) const COUNTER_FINISHED: usize = 1;
 pub(in crate::gpu) const COUNTER_OF_ROUND: usize = 2;
+pub(in crate::gpu) const COUNTER_CUT_SHORT: usize = 3;
 
 /// `Params` of cover_tree.wgsl.
 #[repr(C)]
