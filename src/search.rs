@@ -348,6 +348,9 @@ pub struct RunStats {
     /// Of [`RunStats::rows_on_grid`], those whose grid candidates proved the answer (the
     /// kd-tree answered the rest).
     pub rows_proven_by_grid: usize,
+    /// Times a hybrid run rebuilt its grid with wider cells, because more than a quarter of
+    /// a batch's rows found too few neighbours within a cell's reach.
+    pub grid_rebuilds: usize,
     /// Whether the cover tree of a [`Algorithm::CoverTree`] run was built on the GPU.
     pub tree_built_on_gpu: bool,
     /// Query rows of a cover tree's graph answered from the GPU's cover sets (the others by
@@ -1131,8 +1134,16 @@ impl Knn {
                 if let (Some(notice), Some(e)) = (&self.options.notice, &run.gpu_error) {
                     notice(&format!("the GPU grid stopped ({e}); the kd-tree answered the rest"));
                 }
+                if let (Some(notice), true) = (&self.options.notice, run.gpu_rows_unanswered > 0) {
+                    notice(&format!(
+                        "the driver ended the GPU grid's loops early for {} rows (llvmpipe stops an invocation after \
+                         65535 loop steps); the kd-tree answered them",
+                        run.gpu_rows_unanswered
+                    ));
+                }
                 stats.rows_on_grid = run.gpu_rows;
                 stats.rows_proven_by_grid = run.gpu_proven;
+                stats.grid_rebuilds = run.grid_rebuilds;
             }
             (engine, Algorithm::CoverTree) => {
                 let on = self.cover_tree_builder(engine, job.corpus);

@@ -271,8 +271,12 @@ fn finish(engine: &EngineArgs, knn: &Knn, summary: String, rows: usize, elapsed:
         widened += ", by the cover tree";
     }
     if stats.algorithm == knng::Algorithm::Hybrid {
+        let rebuilt = match stats.grid_rebuilds {
+            0 => String::new(),
+            n => format!(", its cells widened {n} time{}", plural(n)),
+        };
         widened += &format!(
-            ", by the GPU grid ({} of {} rows it took) and the kd-tree",
+            ", by the GPU grid ({} of {} rows it took{rebuilt}) and the kd-tree",
             stats.rows_proven_by_grid, stats.rows_on_grid
         );
     }
