@@ -59,6 +59,8 @@ override MAX_KC: u32 = 1024u;
 var<workgroup> valid_count: array<u32, WG>;
 // The row's k-th exact key, for `certify_runs`' decision on lists of more than MAX_KC answers.
 var<workgroup> kth_key: f64;
+// Nonzero once a driver ended an invocation's loops early (`certify_runs`).
+var<workgroup> loops_cut: atomic<u32>;
 var<workgroup> largest: array<f32, WG>;
 // The row's exact keys and corpus rows; NONE marks padding and the query itself.
 var<workgroup> row_keys: array<f64, MAX_KC>;
@@ -348,6 +350,10 @@ fn certify_runs(
     if (row >= params.rows) {
         return;
     }
+    if (lid == 0u) {
+        atomicStore(&loops_cut, 0u);
+    }
+    workgroupBarrier();
     let runs = (params.kc + MAX_KC - 1u) / MAX_KC;
     var valid = 0u;
     var top = bitcast<f32>(0xff800000u);
@@ -390,7 +396,22 @@ fn certify_runs(
             ranked_distances[row * params.k + r] = reported(row_keys[slot(r)]);
         }
     }
-    if (lid == 0u) {
+    // Mesa's llvmpipe ends every loop of an invocation once its loops together have taken
+    // 65535 steps, with no error; a long list's binary searches reach that (kc of about 37k).
+    // Pairs would go unranked and stale answers pass: a last loop, its count read from the
+    // uniform so that it is not unrolled, ends short if so, and the row is not accepted.
+    let want = 2u + (params.k & 1u);
+    var steps = 0u;
+    for (var i = 0u; i < want; i++) {
+        steps++;
+    }
+    if (steps != want) {
+        atomicStore(&loops_cut, 1u);
+    }
+    workgroupBarrier();
+    if (lid == 0u && atomicLoad(&loops_cut) != 0u) {
+        status[row] = 1u;
+    } else if (lid == 0u) {
         var kth = 0.0lf;
         if (valid >= params.k && params.k <= MAX_KC) {
             kth = row_keys[slot(params.k - 1u)];

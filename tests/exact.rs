@@ -215,6 +215,32 @@ fn cover_tree_builds_cut_short_by_the_driver_fall_back_to_the_cpu() {
     }
 }
 
+/// The GPU's ranking of lists longer than a workgroup sorts (`certify_runs`) takes a binary
+/// search per pair and run: at 40,000 candidates a row passes llvmpipe's 65535 loop steps an
+/// invocation, after which every loop ends at once, and without a check the row's answer
+/// came back wrong with nothing noticing. Such a row must not be accepted: the answer stays
+/// the float64 oracle's on every adapter.
+#[test]
+fn long_lists_ranked_on_the_gpu_match_float64_oracle() {
+    let options = Options {
+        backend: Backend::Gpu,
+        adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+        no_subgroups: true,
+        ..Options::default()
+    };
+    let Some(knn) = gpu_engine(options) else { return };
+    let (n, d, k) = (40_000, 2, 39_000);
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (state >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let corpus = knng::Matrix::new((0..n * d).map(|_| next()).collect(), n, d).unwrap();
+    let queries = knng::Matrix::new((0..3 * d).map(|_| next()).collect(), 3, d).unwrap();
+    let got = knn.search(corpus.view(), queries.view(), k, Metric::Euclidean).unwrap();
+    check("k = 39000 of 40000 rows", &corpus, &queries, k, Metric::Euclidean, false, &got);
+}
+
 /// Saved indexes on the low-dimensional table, the manifolds and the general table: each
 /// built, saved, loaded (mapped) and searched by the cover tree (an index of the rows alone
 /// for inner products, searched by brute force), with each case's queries or, for a graph
