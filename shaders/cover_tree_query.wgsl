@@ -10,10 +10,11 @@
 //   collect: the same sums again; each point at or under T appended to the member's list
 //            (up to `cap`; the count goes on past it so that the host sees the overflow).
 //
-// The host does not trust T or the sums: it checks that the member looked at its whole
-// list, takes the member's reach from the collected points' distances computed again on the
-// CPU, checks that no point above T could be within it, and answers a member that fails (or
-// overflowed) on the CPU. So this kernel decides speed, never the answer.
+// The host does not trust T or the sums: it checks that the member looked at its whole list
+// (a member of a workgroup whose loops a driver cut short reports it looked at none), takes
+// the member's reach from the collected points' distances computed again on the CPU, checks
+// that no point above T could be within it, and answers a member that fails (or overflowed)
+// on the CPU. So this kernel decides speed, never the answer.
 //
 // Every invocation of a workgroup runs the same loops (the list is the group's): barriers
 // stay in uniform control flow, and no invocation leaves a loop the others go on with.
@@ -56,6 +57,8 @@ const STRIDE: u32 = 33u;   // DEPTH + 1: lanes reading their own rows hit differ
 // Per member slot: cap (point, f32 bits of its squared distance).
 @group(0) @binding(8) var<storage, read_write> found: array<vec2<u32>>;
 
+// Nonzero once a driver ended a lane's loops early (see the end of `run`).
+var<workgroup> loops_cut: atomic<u32>;
 // The members' values, DEPTH of each.
 var<workgroup> staged: array<f32, GROUP * STRIDE>;
 // Each member's sums to the tile's points (its own row of the array).
@@ -178,6 +181,10 @@ fn run(wid: vec3<u32>, lane: u32, collecting: bool) {
     if g >= params.groups {
         return;
     }
+    if lane == 0u {
+        atomicStore(&loops_cut, 0u);
+    }
+    workgroupBarrier();
     let group = groups[g];
     let list_start = group.x;
     let list_len = group.y;
@@ -232,11 +239,26 @@ fn run(wid: vec3<u32>, lane: u32, collecting: bool) {
         // The next tile writes `sums` only after its staging's barriers, which every member
         // reaches once it has read these.
     }
+    // Mesa's llvmpipe ends every loop of an invocation once its loops together have taken
+    // 65535 steps, with no error. A lane cut short may have left its share of a tile's sums
+    // unstaged while `looked` still came out whole (a last tile of one point), so a last
+    // loop, its count read from the uniform so that it is not unrolled, tells every lane;
+    // a collection after a cut says it looked at nothing, and the host answers the member.
+    let want = 2u + (params.k & 1u);
+    var steps = 0u;
+    for (var i = 0u; i < want; i++) {
+        steps++;
+    }
+    if steps != want {
+        atomicStore(&loops_cut, 1u);
+    }
+    workgroupBarrier();
+    let cut = atomicLoad(&loops_cut) != 0u;
     if !is_member {
         return;
     }
     if collecting {
-        counts[slot] = vec2<u32>(collected, looked);
+        counts[slot] = vec2<u32>(collected, select(looked, 0u, cut));
     } else if held < k {
         thresholds[slot] = INFINITE;
     } else {
