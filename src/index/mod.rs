@@ -147,7 +147,7 @@ impl Index {
     /// tree's order (so that the index holds each row once).
     pub fn corpus(&self) -> Cow<'_, [f32]> {
         let contents = self.contents();
-        match contents.tree.filter(|_| self.rows_in_node_order()) {
+        match contents.tree.filter(|_| self.holds_rows_in_node_order()) {
             None => Cow::Borrowed(contents.corpus),
             Some(tree) => {
                 let d = self.cols;
@@ -162,12 +162,12 @@ impl Index {
 
     /// Whether the corpus rows are held in the cover tree's node order, the tree reading its
     /// points from them.
-    fn rows_in_node_order(&self) -> bool {
+    fn holds_rows_in_node_order(&self) -> bool {
         self.algorithm == Algorithm::CoverTree && covertree::places_rows_as_given(self.metric)
     }
 
     /// The corpus rows as the index holds them: in their own order, or in the tree's
-    /// ([`Index::rows_in_node_order`]).
+    /// ([`Index::holds_rows_in_node_order`]).
     fn stored_corpus(&self) -> MatrixRef<'_> {
         MatrixRef::new(self.contents().corpus, self.rows, self.cols).expect("checked when built or loaded")
     }
