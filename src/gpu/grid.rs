@@ -5,7 +5,7 @@
 use super::engine::GpuEngine;
 use super::kernels::{bind_group, grid, GridParams, Job, ParamSlots, Step, GRID_FAILED, GRID_GROUP, GRID_MAX_DIMS};
 use super::sort::{Pairs, SortKey};
-use super::transfer::read_back;
+use super::transfer::{read_mapped, Mapping};
 use crate::error::{Error, Result};
 
 /// The grid's cells: per dimension the corner `lo` and the number of cells, their width
@@ -51,7 +51,14 @@ pub(crate) struct GpuGrid<'g> {
     geometry: wgpu::Buffer,
     cell_keys: wgpu::Buffer,
     cell_points: wgpu::Buffer,
+    /// The read-back buffer of the last batch, kept for the next: batches shrink, so the
+    /// first one's serves them all, and host-visible memory is slow to allocate and pin.
+    staging: std::sync::Mutex<Option<wgpu::Buffer>>,
 }
+
+/// Threads that copy a batch's answers out of mapped memory: one thread copies a few GB/s,
+/// well below what the mapping gives.
+const READ_BACK_THREADS: usize = 4;
 
 const STORAGE: wgpu::BufferUsages =
     wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_DST).union(wgpu::BufferUsages::COPY_SRC);
@@ -81,7 +88,16 @@ impl GpuEngine {
         let corpus = self.upload_from_this_thread("grid points", bytemuck::cast_slice(points))?;
         let cell_keys = self.buffer("grid cell ids", n as u64 * 4, STORAGE)?;
         let cell_points = self.buffer("grid cell points", n as u64 * 4, STORAGE)?;
-        let built = GpuGrid { gpu: self, dims, points: n, corpus, geometry, cell_keys, cell_points };
+        let built = GpuGrid {
+            gpu: self,
+            dims,
+            points: n,
+            corpus,
+            geometry,
+            cell_keys,
+            cell_points,
+            staging: Default::default(),
+        };
         let cells_in_all = u64::from(strides[dims - 1]) * u64::from(cells.sides[dims - 1]);
         let cell_bits = u64::BITS - cells_in_all.saturating_sub(1).leading_zeros();
         let sort = self.plan_sort(
@@ -152,15 +168,44 @@ impl GpuGrid<'_> {
         );
         let jobs = [Job { step: Step::GridQuery, offset, groups: (gx, gy), bind: &bind }];
         let encoder = gpu.ctx.device.create_command_encoder(&Default::default());
-        let submitted = gpu.submit(encoder, &jobs)?;
-        gpu.completion(submitted)?;
-        crate::trace::mark(|| format!("grid: {nq} queries answered on the GPU"));
-        let keys: Vec<f32> = read_back(gpu, &heap_keys, Some(nq * kc * 4))?;
-        let points: Vec<u32> = read_back(gpu, &heap_ids, Some(nq * kc * 4))?;
-        let seen: Vec<u32> = read_back(gpu, &seen, Some(nq * 4))?;
-        gpu.ctx.wait()?;
+        gpu.submit(encoder, &jobs)?;
+        // The three arrays copied into one staging buffer by the next submission, mapped
+        // once, and copied out on several threads.
+        let size = 2 * heap_bytes + nq as u64 * 4;
+        let mut kept = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        let staging = match kept.take() {
+            Some(buffer) if buffer.size() >= size => buffer,
+            _ => gpu.buffer("grid staging", size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)?,
+        };
+        let mut encoder = gpu.ctx.device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(&heap_keys, 0, &staging, 0, heap_bytes);
+        encoder.copy_buffer_to_buffer(&heap_ids, 0, &staging, heap_bytes, heap_bytes);
+        encoder.copy_buffer_to_buffer(&seen, 0, &staging, 2 * heap_bytes, nq as u64 * 4);
+        let index = gpu.ctx.queue.submit([encoder.finish()]);
+        Mapping::request(&staging, Some(index)).wait(gpu)?;
+        crate::trace::mark(|| format!("grid: {nq} queries answered on the GPU, mapped"));
+        let (mut keys, mut points, mut seen) = (vec![0f32; nq * kc], vec![0u32; nq * kc], vec![0u32; nq]);
+        read_mapped(&staging, |bytes| {
+            let heap = heap_bytes as usize;
+            copy_on_threads(bytemuck::cast_slice(&bytes[..heap]), &mut keys);
+            copy_on_threads(bytemuck::cast_slice(&bytes[heap..2 * heap]), &mut points);
+            copy_on_threads(bytemuck::cast_slice(&bytes[2 * heap..2 * heap + nq * 4]), &mut seen);
+        })?;
+        *kept = Some(staging);
+        drop(kept);
         let failed = seen.iter().filter(|&&found| found == GRID_FAILED).count();
         crate::trace::mark(|| format!("grid: {nq} queries' answers read back, {failed} not answered"));
         Ok(GridAnswers { kc, keys, points, seen, failed })
     }
+}
+
+/// Copies `from` into `to` in `READ_BACK_THREADS` parts at once. Threads of its own: the
+/// caller runs beside a thread pool that the kd-tree keeps busy.
+fn copy_on_threads<T: Copy + Send + Sync>(from: &[T], to: &mut [T]) {
+    let part = to.len().div_ceil(READ_BACK_THREADS).max(1);
+    std::thread::scope(|scope| {
+        for (to, from) in to.chunks_mut(part).zip(from.chunks(part)) {
+            scope.spawn(move || to.copy_from_slice(from));
+        }
+    });
 }
