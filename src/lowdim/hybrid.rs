@@ -19,6 +19,7 @@ use super::order::slots_in_order;
 use crate::error::{check_interrupt, interrupted, Result};
 use crate::gpu::{GpuEngine, GpuGrid, GridAnswers, GRID_FAILED, GRID_MAX_DIMS};
 use crate::refine::{write_row, NONE};
+use crate::MatrixRef;
 use kiddo::ImmutableKdTree;
 
 /// Query rows a batch of the CPU's takes, and the GPU's batches are made of.
@@ -210,10 +211,8 @@ impl<const K: usize> Shared<'_, K> {
         let rows = indices.len() / k;
         // The queue: the rows along the points' curve, their answer slots in that order.
         let order = self.distinct.query_order(self.job, first, rows);
-        let mut slots = slots_in_order(indices, distances, k, &order);
-        let outs: Vec<BatchOut<'_, '_>> = slots.chunks_mut(BATCH_ROWS).map(|b| Mutex::new(Some(b))).collect();
         // Batches not yet taken: front..back.
-        let queue = Mutex::new((0usize, outs.len()));
+        let queue = Mutex::new((0usize, rows.div_ceil(BATCH_ROWS)));
         // Batches the GPU answered, for the CPU's threads to prove (first) or finish.
         let answered: Mutex<Vec<Answered>> = Mutex::new(Vec::new());
         let gpu_done = AtomicBool::new(self.grid.is_none());
@@ -232,6 +231,10 @@ impl<const K: usize> Shared<'_, K> {
                     gpu_done.store(true, Ordering::Release);
                 });
             }
+            // The answers' slots in the queue's order, while the GPU starts on its first batch.
+            let mut slots = slots_in_order(indices, distances, k, &order);
+            let outs: Vec<BatchOut<'_, '_>> = slots.chunks_mut(BATCH_ROWS).map(|b| Mutex::new(Some(b))).collect();
+            let outs = &outs;
             let tree = self.tree().inspect_err(|_| {
                 // The GPU stops after its batch in flight.
                 let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -320,8 +323,7 @@ impl<const K: usize> Shared<'_, K> {
             }
             let start = from * BATCH_ROWS;
             let end = ((from + count) * BATCH_ROWS).min(order.len());
-            let coords: Vec<f32> =
-                order[start..end].iter().flat_map(|&r| self.job.queries.row(first + r as usize)).copied().collect();
+            let coords = gather_rows(self.job.queries, first, &order[start..end]);
             crate::trace::mark(|| format!("hybrid: GPU batch of {} rows from position {start}", end - start));
             let found = match current.grid.query(&coords, kc) {
                 Ok(found) => {
@@ -420,6 +422,27 @@ impl<const K: usize> Shared<'_, K> {
 
 /// The GPU's next batches from the front of the queue: half of what is left, at most
 /// `most_rows` rows; (first batch, batches), if any is left.
+/// Threads that gather a GPU batch's coordinates: the rows are scattered in memory, so one
+/// thread waits on a cache miss a row. Threads of their own, beside the busy thread pool.
+const GATHER_THREADS: usize = 4;
+
+/// The coordinates of rows `first + r` for each `r` of `rows`, one row after another.
+fn gather_rows(queries: MatrixRef<'_>, first: usize, rows: &[u32]) -> Vec<f32> {
+    let d = queries.cols();
+    let mut coords = vec![0f32; rows.len() * d];
+    let part = rows.len().div_ceil(GATHER_THREADS).max(1);
+    std::thread::scope(|scope| {
+        for (out, rows) in coords.chunks_mut(part * d).zip(rows.chunks(part)) {
+            scope.spawn(move || {
+                for (out, &r) in out.chunks_exact_mut(d).zip(rows) {
+                    out.copy_from_slice(queries.row(first + r as usize));
+                }
+            });
+        }
+    });
+    coords
+}
+
 fn take_front(queue: &Mutex<(usize, usize)>, most_rows: usize) -> Option<(usize, usize)> {
     let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
     let left = q.1 - q.0;
