@@ -420,8 +420,6 @@ impl<const K: usize> Shared<'_, K> {
     }
 }
 
-/// The GPU's next batches from the front of the queue: half of what is left, at most
-/// `most_rows` rows; (first batch, batches), if any is left.
 /// Threads that gather a GPU batch's coordinates: the rows are scattered in memory, so one
 /// thread waits on a cache miss a row. Threads of their own, beside the busy thread pool.
 const GATHER_THREADS: usize = 4;
@@ -443,6 +441,8 @@ fn gather_rows(queries: MatrixRef<'_>, first: usize, rows: &[u32]) -> Vec<f32> {
     coords
 }
 
+/// The GPU's next batches from the front of the queue: half of what is left, at most
+/// `most_rows` rows; (first batch, batches), if any is left.
 fn take_front(queue: &Mutex<(usize, usize)>, most_rows: usize) -> Option<(usize, usize)> {
     let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
     let left = q.1 - q.0;
