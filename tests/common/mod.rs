@@ -469,7 +469,7 @@ pub fn symmetric_cases() -> Vec<Case> {
     let mut rng = StdRng::seed_from_u64(11);
     let spread = 600;
     let mut late_cluster: Vec<Vec<f32>> =
-        (0..spread).map(|i| vec![(i % 30) as f32 * 50.0, (i / 30) as f32 * 50.0, 0.0]).collect();
+        (0..spread).map(|i| vec![(i % 30) as f32 * 2.0, (i / 30) as f32 * 2.0, 0.0]).collect();
     late_cluster.extend((0..900).map(|_| vec![rng.random_range(0.0..1.0f32), rng.random_range(0.0..1.0f32), 1.0]));
     let mut cases: Vec<Case> = larger_cases().into_iter().filter(|c| c.queries.is_none()).collect();
     for metric in [Metric::Cosine, Metric::Correlation] {
