@@ -38,6 +38,7 @@ struct Params {
     dims: u32,
     sets: u32,       // distinct points: the most sets there can be
     groups_x: u32,
+    chunk_rows: u32, // points a binding of `points` holds
 }
 
 const NONE: u32 = 0xffffffffu;
@@ -96,12 +97,25 @@ fn set_field(s: u32, f: u32, v: u32) {
     sets[s * STRIDE + f] = v;
 }
 
-// Squared distance of points a and b, in f32.
+// Squared distance of points a and b, in f32. Points past one binding lie in chunks of
+// `chunk_rows` points, chunk c > 0 in `points_c` (`point_in_chunk` and those bindings are
+// appended by the host, `shaders::cover_tree`); both loops sum in the same order.
 fn sq(a: u32, b: u32) -> f32 {
     let d = p.dims;
+    let ca = a / p.chunk_rows;
+    let cb = b / p.chunk_rows;
     var sum = 0.0;
+    if (ca == 0u && cb == 0u) {
+        for (var j = 0u; j < d; j += 1u) {
+            let t = points[a * d + j] - points[b * d + j];
+            sum += t * t;
+        }
+        return sum;
+    }
+    let ra = (a - ca * p.chunk_rows) * d;
+    let rb = (b - cb * p.chunk_rows) * d;
     for (var j = 0u; j < d; j += 1u) {
-        let t = points[a * d + j] - points[b * d + j];
+        let t = point_in_chunk(ca, ra + j) - point_in_chunk(cb, rb + j);
         sum += t * t;
     }
     return sum;

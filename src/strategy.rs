@@ -295,12 +295,11 @@ pub(crate) fn choose(p: Problem, workers: usize, asked: Asked) -> Strategy {
 }
 
 /// Whether a cover tree over `corpus` is built on `gpu` (the GPU engine's own): where its
-/// points and the build's arrays fit the device's budget, and its points and its sets (16
-/// words each) one binding.
+/// points and the build's arrays fit the device's budget, and its points the bindings the
+/// adapter gives the build.
 pub(crate) fn cover_tree_on_gpu(gpu: &crate::gpu::GpuEngine, corpus: MatrixRef<'_>) -> bool {
     let (n, d) = (corpus.rows(), corpus.cols());
-    let budget = gpu.budget();
-    crate::gpu::GpuEngine::cover_tree_bytes(n, d) <= budget.budget && (n * d.max(16) * 4) as u64 <= budget.max_binding
+    crate::gpu::GpuEngine::cover_tree_bytes(n, d) <= gpu.budget().budget && gpu.cover_tree_chunk_rows(n, d).is_some()
 }
 
 /// Most CPU threads, and most intrinsic dimension, for which a cover tree's graph queries go

@@ -184,6 +184,36 @@ fn cover_tree_matches_float64_oracle() {
     }
 }
 
+/// A cover tree whose points exceed one binding is built on the GPU from chunks of whole
+/// points, one binding each, up to the bindings the adapter gives the build (eight on Mesa's
+/// drivers); more than that is built on the CPU, as is a tree whose sets (64 bytes a point)
+/// exceed one binding. Bindings capped at 36 KiB: the manifold table's points take one to
+/// seventeen of them.
+#[test]
+fn cover_trees_of_points_in_several_bindings_match_float64_oracle() {
+    const BINDING: u64 = 36 << 10;
+    const MOST_CHUNKS: usize = 8;
+    let options = Options {
+        backend: Backend::Gpu,
+        adapter: std::env::var("KNNG_TEST_ADAPTER").ok(),
+        algorithm: Algorithm::CoverTree,
+        no_subgroups: true,
+        max_binding: Some(BINDING),
+        ..Options::default()
+    };
+    let Some(knn) = gpu_engine(options) else { return };
+    let cases: Vec<Case> = manifold_cases().into_iter().filter(|c| c.metric != Metric::InnerProduct).collect();
+    let chunks: Vec<usize> =
+        cases.iter().map(|c| c.corpus.rows().div_ceil(BINDING as usize / (4 * c.corpus.cols()))).collect();
+    assert!(cases.iter().all(|c| c.corpus.rows() * 64 <= BINDING as usize), "a case's sets exceed a binding");
+    assert!(chunks.iter().any(|&c| c > 2 && c <= MOST_CHUNKS) && chunks.iter().any(|&c| c > MOST_CHUNKS));
+    let names: Vec<String> = cases.iter().map(|c| c.name.clone()).collect();
+    for ((name, chunks), stats) in names.iter().zip(chunks).zip(run_cases(&knn, cases, false, false)) {
+        assert_eq!(stats.algorithm, Algorithm::CoverTree, "{name}");
+        assert_eq!(stats.tree_built_on_gpu, chunks <= MOST_CHUNKS, "{name}: {chunks} chunks of points");
+    }
+}
+
 /// Mesa's llvmpipe ends an invocation's loops once they have taken 65535 steps together, with
 /// no error; the cover tree's GPU build sums one distance in one invocation, so with more
 /// columns than that its sums there come out short. There the build must say so and the tree

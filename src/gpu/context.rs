@@ -308,8 +308,9 @@ impl fmt::Display for AdapterReport {
         )?;
         write!(
             f,
-            "    limits: storage binding {} MiB, buffer {} MiB, workgroup memory {} KiB, invocations {}, workgroups per dimension {}",
+            "    limits: storage binding {} MiB ({} a shader), buffer {} MiB, workgroup memory {} KiB, invocations {}, workgroups per dimension {}",
             self.limits.max_storage_buffer_binding_size >> 20,
+            self.limits.max_storage_buffers_per_shader_stage,
             self.limits.max_buffer_size >> 20,
             self.limits.max_compute_workgroup_storage_size >> 10,
             self.limits.max_compute_invocations_per_workgroup,

@@ -38,6 +38,17 @@ impl GpuEngine {
         points * dims as u64 * 4 + points * (2 * 8 + 2 * 4 + 4) + points * (SET_WORDS as u64 * 4 + 16)
     }
 
+    /// Points a chunk of the build's points holds (each chunk one binding) for `points` points
+    /// of `dims` values, or `None` where they take more bindings than the adapter gives the
+    /// build, or its sets (the largest of its other arrays) more than one binding.
+    pub(crate) fn cover_tree_chunk_rows(&self, points: usize, dims: usize) -> Option<usize> {
+        let row_bytes = dims.max(1) as u64 * 4;
+        let chunk_rows = (self.max_binding / row_bytes).min(u32::MAX as u64) as usize;
+        let chunks = points.div_ceil(chunk_rows.max(1));
+        let sets_fit = points as u64 * SET_WORDS as u64 * 4 <= self.max_binding;
+        (chunk_rows > 0 && sets_fit && chunks <= cover_tree_point_chunks(&self.ctx.limits)).then_some(chunk_rows)
+    }
+
     /// The cover tree of `vectors` (rows of `dims` values, each a distinct point), point 0 its
     /// root: every set in the order made, set 0 the root's and each set after its parent's.
     /// `None` where `interrupt` was set.
@@ -51,9 +62,23 @@ impl GpuEngine {
         if points >= u32::MAX as usize / SET_WORDS {
             return Err(Error::TooLargeForDevice(format!("a cover tree of {points} points")));
         }
+        let Some(chunk_rows) = self.cover_tree_chunk_rows(points, dims) else {
+            return Err(Error::TooLargeForDevice(format!(
+                "a cover tree of {points} points of {dims} values on this device's bindings"
+            )));
+        };
         let kernels = self.kernels.cover_tree_kernels(&self.ctx)?;
         let entries = points.saturating_sub(1);
-        let points_buffer = self.upload("cover tree points", bytemuck::cast_slice(vectors))?;
+        let mut chunks = vectors
+            .chunks(chunk_rows * dims.max(1))
+            .map(|chunk| self.upload("cover tree points", bytemuck::cast_slice(chunk)))
+            .collect::<Result<Vec<_>>>()?;
+        if chunks.is_empty() {
+            chunks.push(self.upload("cover tree points", &[])?);
+        }
+        // Bindings past the points' last chunk are never read; they hold the first.
+        let point_buffers: Vec<&wgpu::Buffer> =
+            (0..kernels.point_chunks).map(|c| chunks.get(c).unwrap_or(&chunks[0])).collect();
         let entry_buffers = [(); 2].map(|_| self.buffer("cover tree entries", entries as u64 * 8, STORAGE));
         let set_of_buffers = [(); 2].map(|_| self.buffer("cover tree entry sets", entries as u64 * 4, STORAGE));
         let [e0, e1] = entry_buffers;
@@ -82,13 +107,15 @@ impl GpuEngine {
             dims: dims as u32,
             sets: points as u32,
             groups_x: groups.0,
+            chunk_rows: chunk_rows as u32,
         };
         let entry_offset = params.push(param(by_entries));
         let set_offset = params.push(param(by_sets));
         let uniform = self.upload_uniform(&params)?;
         let layout = &kernels.root.layout;
         let [there, back] = [[&e0, &e1, &s0, &s1], [&e1, &e0, &s1, &s0]].map(|[ein, eout, sin, sout]| {
-            let storage = [&points_buffer, ein, eout, sin, sout, &sets_buffer, &counter_buffer, &peeled];
+            let build = [point_buffers[0], ein, eout, sin, sout, &sets_buffer, &counter_buffer, &peeled];
+            let storage: Vec<&wgpu::Buffer> = build.into_iter().chain(point_buffers[1..].iter().copied()).collect();
             bind_group(&self.ctx.device, layout, &uniform, &storage)
         });
         fn round(bind: &wgpu::BindGroup, by_entries: (u32, u32), by_sets: (u32, u32), at: (u32, u32)) -> [Job<'_>; 5] {

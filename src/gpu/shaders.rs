@@ -47,8 +47,23 @@ pub const SORT_SELECT: &str = include_str!("../../shaders/sort_select.wgsl");
 /// The low-dimensional grid's kernels (`shaders/grid.wgsl`).
 pub const GRID: &str = include_str!("../../shaders/grid.wgsl");
 
-/// The cover tree's construction (`shaders/cover_tree.wgsl`).
-pub const COVER_TREE: &str = include_str!("../../shaders/cover_tree.wgsl");
+/// The cover tree's construction (`shaders/cover_tree.wgsl`), without its points' chunks.
+const COVER_TREE: &str = include_str!("../../shaders/cover_tree.wgsl");
+
+/// The cover tree's construction reading its points from `chunks` bindings: the first is
+/// `points` (binding 1), the others `points_1`, ... from binding 9 on, after the build's own.
+pub fn cover_tree(chunks: usize) -> String {
+    let mut source = format!("{COVER_TREE}\n");
+    for c in 1..chunks {
+        source += &format!("@group(0) @binding({}) var<storage, read> points_{c}: array<f32>;\n", 8 + c);
+    }
+    source += "\nfn point_in_chunk(chunk: u32, at: u32) -> f32 {\n    switch chunk {\n";
+    for c in 1..chunks {
+        source += &format!("        case {c}u: {{ return points_{c}[at]; }}\n");
+    }
+    source += "        default: { return points[at]; }\n    }\n}\n";
+    source
+}
 
 /// The cover tree's queries against cover sets (`shaders/cover_tree_query.wgsl`).
 pub const COVER_TREE_QUERY: &str = include_str!("../../shaders/cover_tree_query.wgsl");
@@ -195,7 +210,8 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("prefix_sum", PREFIX_SUM.to_string(), false, false),
         m("sort_select", SORT_SELECT.to_string(), false, false),
         m("grid", GRID.to_string(), false, false),
-        m("cover_tree", COVER_TREE.to_string(), false, false),
+        m("cover_tree", cover_tree(1), false, false),
+        m("cover_tree_chunked", cover_tree(super::kernels::COVER_TREE_MOST_CHUNKS), false, false),
         m("cover_tree_query", COVER_TREE_QUERY.to_string(), false, false),
     ]
 }
