@@ -130,11 +130,13 @@ impl GpuEngine {
 
 impl GpuGrid<'_> {
     /// Most queries a batch of [`Self::query`] takes with `kc` slots each: a quarter of the
-    /// engine's budget for their coordinates, heaps and counts.
+    /// engine's budget for their coordinates, heaps and counts, each heap array within one
+    /// binding, and the three read back through one buffer.
     pub(crate) fn query_rows(&self, kc: usize) -> usize {
         let per_query = (self.dims * 4 + kc * 8 + 4) as u64;
         let binding = self.gpu.max_binding / (kc as u64 * 4).max(1);
-        (self.gpu.budget().budget / 4 / per_query).min(binding).max(1) as usize
+        let staging = self.gpu.ctx.limits.max_buffer_size / (kc as u64 * 8 + 4);
+        (self.gpu.budget().budget / 4 / per_query).min(binding).min(staging).max(1) as usize
     }
 
     /// Answers `queries` (rows of the grid's dimensions): each one's `kc` nearest points among
