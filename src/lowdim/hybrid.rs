@@ -25,11 +25,12 @@ use kiddo::ImmutableKdTree;
 /// Query rows a batch of the CPU's takes, and the GPU's batches are made of.
 const BATCH_ROWS: usize = 1024;
 
-/// Most rows a GPU batch takes of `rows` query rows: a sixteenth (at least 64 CPU batches).
-/// The CPU's threads cannot take rows the GPU holds, so a batch the GPU answers slowly (dense
-/// cells that hold many points each) would leave them idle while it runs.
-fn gpu_batch_rows(rows: usize) -> usize {
-    rows.div_ceil(16).max(64 * BATCH_ROWS)
+/// Most rows a GPU batch takes of `rows` query rows with `kc` slots each: what `grid` holds,
+/// and at most a sixteenth of the rows (at least 64 CPU batches). The CPU's threads cannot
+/// take rows the GPU holds, so a batch the GPU answers slowly (dense cells that hold many
+/// points each) would leave them idle while it runs.
+fn gpu_batch_rows(grid: &GpuGrid<'_>, kc: usize, rows: usize) -> usize {
+    grid.query_rows(kc).min(rows.div_ceil(16).max(64 * BATCH_ROWS))
 }
 
 /// What the GPU did in a hybrid run.
@@ -227,8 +228,8 @@ impl<const K: usize> Shared<'_, K> {
         let mut report = HybridReport::default();
         // The GPU's first batch is taken before the CPU's threads start, so that it is large.
         let first_batch = self.grid.as_ref().and_then(|side| {
-            let rows = side.current.lock().unwrap_or_else(|e| e.into_inner()).grid.query_rows(grid_slots(k));
-            take_front(&queue, rows.min(gpu_batch_rows(order.len())))
+            let current = side.current.lock().unwrap_or_else(|e| e.into_inner());
+            take_front(&queue, gpu_batch_rows(&current.grid, grid_slots(k), order.len()))
         });
         std::thread::scope(|threads| {
             if let Some(side) = &self.grid {
@@ -296,8 +297,7 @@ impl<const K: usize> Shared<'_, K> {
     }
 
     /// The GPU's end of the queue: `first_batch`, then batches from the front, each half of
-    /// what is left (at most what its memory holds and `gpu_batch_rows`), until the ends meet
-    /// or the GPU fails.
+    /// what is left (at most `gpu_batch_rows`), until the ends meet or the GPU fails.
     /// Each batch's answers go to `answered` (none where the GPU failed).
     fn gpu_end(
         &self,
@@ -313,7 +313,7 @@ impl<const K: usize> Shared<'_, K> {
         let mut current = side.current.lock().unwrap_or_else(|e| e.into_inner());
         let mut claimed = first_batch;
         while let Some((from, count)) =
-            claimed.take().or_else(|| take_front(queue, current.grid.query_rows(kc).min(gpu_batch_rows(order.len()))))
+            claimed.take().or_else(|| take_front(queue, gpu_batch_rows(&current.grid, kc, order.len())))
         {
             if interrupted(&self.job.interrupt) {
                 break;
