@@ -36,6 +36,11 @@
 // are slots, not rows: query row r's is slot r, and the tile's columns' follow from
 // column_lists.
 //
+// Filtered columns (a pair of blocks searched one way, `column_end` > 0 outside a symmetric
+// sweep): the corpus rows are another block's, with bounds from lists the host holds, at
+// row_state[column_state + column]; their lists are kept across the whole search, so
+// column_lists is chosen per tile such that each column row appends to a list of its own.
+//
 // Publishing (shaders/distance_publish.wgsl, a module of its own): the ranked answers of the
 // query tile before this one are copied from GPU memory into the mapped read-back buffer by
 // workgroups interleaved with the GEMM's. wgpu has one queue, and its barriers make every
@@ -57,9 +62,9 @@ struct Params {
     column_end: u32,    // columns below this global index also feed their own shortlists
     column_cap: u32,    // pairs per row of the column rows' shortlists
     publish_len: u32,   // vec4s of answers to publish (see above); 0: none
-    column_begin: u32,  // unused here; keeps the layout of the host's DistanceParams
+    query_first: u32,   // index of the tile's first query row: what column rows list
     column_lists: u32,  // shortlist slot of the tile's first column (symmetric blocks)
-    pad: u32,
+    column_state: u32,  // row_state index of global column 0 (for its bound)
 }
 
 override BM: u32 = 128u;
@@ -179,7 +184,7 @@ fn column_bounds(c: u32) -> vec4<f32> {
     for (var j = 0u; j < 4u; j++) {
         let global = params.col_base + c + j;
         if (c + j < params.c_rows && global < params.column_end) {
-            cb[j] = bitcast<f32>(row_state[global].y);
+            cb[j] = bitcast<f32>(row_state[params.column_state + global].y);
         }
     }
     return cb;
@@ -195,7 +200,7 @@ fn append_to_columns(r: u32, global: vec4<u32>, v: vec4<f32>, cb: vec4<f32>) {
                 let list = params.column_lists + global[j] - params.col_base;
                 let slot = atomicAdd(&shortlist_len[list], 1u);
                 if (slot < params.column_cap) {
-                    shortlist[list * params.column_cap + slot] = vec2<u32>(bitcast<u32>(v[j]), params.row_base + r);
+                    shortlist[list * params.column_cap + slot] = vec2<u32>(bitcast<u32>(v[j]), params.query_first + r);
                 }
             }
         }

@@ -8,6 +8,7 @@ use crate::gpu::GpuEngine;
 use crate::metric::Metric;
 use crate::plan::ALIGN_ROWS;
 use crate::refine::{Candidates, NONE};
+use rayon::prelude::*;
 
 /// One backend: the host's cores, or one GPU device.
 pub(crate) enum Engine {
@@ -115,7 +116,10 @@ impl Engine {
     /// of `i` among the rows of `j` (ids rows of `j`), and of each row of `j` among those of
     /// `i` (ids rows of `i`), and whether each key was computed once for both its rows (a
     /// two-sided block). Both backends do so where both blocks have at least `kc` rows, and
-    /// the GPU where the block fits its sweep; elsewhere the two sides are two searches.
+    /// the GPU where the block fits its sweep. Elsewhere, given `bounds_j` (a bound for each
+    /// row of `j` at or above the largest key its final list can hold), the GPU searches the
+    /// rows of `i` among those of `j` and keeps the keys under `j`'s bounds for `j`'s rows;
+    /// otherwise the two sides are two searches.
     pub fn pair_candidates(
         &self,
         i: MatrixRef<'_>,
@@ -123,6 +127,7 @@ impl Engine {
         kc: usize,
         shift: &[f32],
         metric: Metric,
+        bounds_j: Option<&[f32]>,
     ) -> Result<PairCandidates> {
         // Decided before the blocks are copied and a GPU session uploads them.
         let two_sided = kc <= i.rows().min(j.rows())
@@ -155,6 +160,21 @@ impl Engine {
                 return Ok(PairCandidates { of_i, of_j, once: true });
             }
         }
+        if let (Engine::Gpu(g), Some(bounds)) = (self, bounds_j) {
+            let cap = crate::plan::filtered_list_cap(kc);
+            let found = retry_smaller(g, || {
+                let mut session = g.open(j, shift, metric)?;
+                session.filtered_candidates(i, bounds, cap, kc.min(j.rows()))
+            })?;
+            crate::trace::mark(|| "pair: searched one way".into());
+            if let Some((of_i, lists)) = found {
+                let of_j = self.column_candidates(i, j, lists, kc.min(i.rows()), shift, metric)?;
+                crate::trace::mark(|| {
+                    format!("pair: columns listed, {} rows of j searched again", of_j.failed.len() - of_j.shortlisted)
+                });
+                return Ok(PairCandidates { of_i, of_j, once: true });
+            }
+        }
         let side = |queries: MatrixRef<'_>, corpus: MatrixRef<'_>| {
             let exclude = vec![NONE; queries.rows()];
             let kc = kc.min(corpus.rows());
@@ -171,6 +191,76 @@ impl Engine {
             self.candidates(job, &|_| {})
         };
         Ok(PairCandidates { of_i: side(i, j)?, of_j: side(j, i)?, once: false })
+    }
+}
+
+impl Engine {
+    /// The candidates of the rows of `j` among those of `i` from a filtered search's column
+    /// lists: each row's `kc` best (key, id) pairs of those under its bound; a row whose list
+    /// overflowed is searched among the rows of `i` instead.
+    fn column_candidates(
+        &self,
+        i: MatrixRef<'_>,
+        j: MatrixRef<'_>,
+        lists: crate::gpu::ColumnLists,
+        kc: usize,
+        shift: &[f32],
+        metric: Metric,
+    ) -> Result<Candidates> {
+        let rows = j.rows();
+        let mut keys = vec![f32::INFINITY; rows * kc];
+        let mut ids = vec![NONE; rows * kc];
+        let cap = lists.cap;
+        keys.par_chunks_mut(kc).zip(ids.par_chunks_mut(kc)).enumerate().for_each(|(r, (keys, ids))| {
+            let count = lists.counts[r] as usize;
+            if count > cap {
+                return;
+            }
+            let mut pairs: Vec<(f32, u32)> =
+                lists.pairs[r * cap..r * cap + count].iter().map(|&[key, id]| (f32::from_bits(key), id)).collect();
+            pairs.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            for (slot, (key, id)) in pairs.into_iter().take(kc).enumerate() {
+                (keys[slot], ids[slot]) = (key, id);
+            }
+        });
+        let overflowed: Vec<usize> = (0..rows).filter(|&r| lists.counts[r] as usize > cap).collect();
+        if !overflowed.is_empty() {
+            let mut vectors = Vec::with_capacity(overflowed.len() * j.cols());
+            overflowed.iter().for_each(|&r| vectors.extend_from_slice(j.row(r)));
+            let queries = MatrixRef::new(&vectors, overflowed.len(), j.cols())?;
+            let exclude = vec![NONE; overflowed.len()];
+            let job = CandidateJob {
+                corpus: i,
+                queries,
+                queries_are_corpus: false,
+                exclude: &exclude,
+                kc,
+                shift,
+                metric,
+                symmetric: None,
+            };
+            let found = self.candidates(job, &|_| {})?;
+            for (slot, &r) in overflowed.iter().enumerate() {
+                keys[r * kc..(r + 1) * kc].copy_from_slice(&found.keys[slot * kc..(slot + 1) * kc]);
+                ids[r * kc..(r + 1) * kc].copy_from_slice(&found.ids[slot * kc..(slot + 1) * kc]);
+            }
+        }
+        Ok(Candidates {
+            kc,
+            keys,
+            ids,
+            failed: vec![false; rows],
+            incomplete: Vec::new(),
+            shortlisted: rows - overflowed.len(),
+            buffers_allocated: false,
+            symmetric: false,
+            bounded: false,
+            sparse: false,
+            shared_keys: false,
+            published: 0,
+            exact: None,
+            ranked: None,
+        })
     }
 }
 
@@ -256,7 +346,7 @@ mod tests {
     /// kc-th and the next distance differ: the fp32 keys may order near-ties either way).
     fn assert_sides_exact(engine: &Engine, i: MatrixRef<'_>, j: MatrixRef<'_>, kc: usize) -> bool {
         let shift = vec![0.0; i.cols()];
-        let pair = engine.pair_candidates(i, j, kc, &shift, Metric::SqEuclidean).unwrap();
+        let pair = engine.pair_candidates(i, j, kc, &shift, Metric::SqEuclidean, None).unwrap();
         let label = engine.description();
         for (rows, other, cands) in [(i, j, &pair.of_i), (j, i, &pair.of_j)] {
             // A side searched among fewer than kc rows lists them all.

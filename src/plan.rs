@@ -652,6 +652,25 @@ pub(crate) fn two_sided_pays(
     keys + once as f64 * KEYS_PER_DISPATCH <= 2.0 * keys + twice as f64 * KEYS_PER_DISPATCH
 }
 
+/// Pairs a corpus row's list holds in a filtered search of a pair of blocks
+/// (`CorpusSession::filtered_candidates`). A row's bound is its kc-th key among the rows of
+/// the blocks merged so far, so when the two blocks are alike about kc of the other block's
+/// rows fall under it at first, fewer as the bounds tighten; a row past the cap is searched
+/// again.
+pub(crate) fn filtered_list_cap(kc: usize) -> usize {
+    2 * kc
+}
+
+/// The budget a filtered search of `rows` corpus rows with lists of `cap` pairs plans its
+/// tiles within: the device's, less the corpus rows' bounds, counts and lists. `None` where
+/// those take more than a third of it, or their lists half a binding.
+pub(crate) fn filtered_budget(dev: DeviceBudget, rows: usize, cap: usize) -> Option<DeviceBudget> {
+    let lists = rows as u64 * cap as u64 * 8;
+    let bytes = rows as u64 * (8 + 4) + lists;
+    (bytes <= dev.budget / 3 && lists <= dev.max_binding / 2)
+        .then_some(DeviceBudget { budget: dev.budget - bytes, ..dev })
+}
+
 /// Keys whose arithmetic costs about as much as one dispatch's fixed cost: on one H100, a
 /// graph's keys take about 16 ps each and a small dispatch about 17 us (`notes/partition.md`).
 const KEYS_PER_DISPATCH: f64 = 1e6;

@@ -180,6 +180,11 @@ impl GpuEngine {
         DeviceBudget { max_binding: self.max_binding, budget: self.budget.load(std::sync::atomic::Ordering::Relaxed) }
     }
 
+    /// The budget a filtered search's tiles plan within (`plan::filtered_budget`).
+    pub(super) fn filtered_budget(&self, filter: super::session::ColumnFilter) -> Option<DeviceBudget> {
+        plan::filtered_budget(self.budget(), filter.rows, filter.cap)
+    }
+
     /// Records a round swept with sparse distance tiles: `rows` query rows, `overflowed` of
     /// them marked incomplete.
     pub(super) fn record_sparse(&self, rows: usize, overflowed: usize) {

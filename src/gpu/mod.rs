@@ -44,4 +44,4 @@ pub(crate) use grid::{GpuGrid, GridAnswers, GridCells};
 pub(crate) use kernels::MAX_CERTIFY_KC;
 pub(crate) use kernels::{GRID_FAILED, GRID_MAX_DIMS};
 pub use profile::GpuTimes;
-pub(crate) use session::CorpusSession;
+pub(crate) use session::{ColumnLists, CorpusSession};

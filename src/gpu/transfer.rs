@@ -168,9 +168,23 @@ pub(super) fn read_view(staging: &wgpu::Buffer, read: impl FnOnce(&[u8])) -> Res
 /// Copies the first `bytes` (default: all) of a buffer to the host.
 pub(super) fn read_back<T: bytemuck::Pod>(gpu: &GpuEngine, src: &wgpu::Buffer, bytes: Option<usize>) -> Result<Vec<T>> {
     let size = bytes.map_or(src.size(), |b| (b as u64).next_multiple_of(4).min(src.size()));
+    read_back_at(gpu, src, 0, size as usize)
+}
+
+/// Copies `bytes` of a buffer from byte `offset` (both multiples of 4) to the host.
+pub(super) fn read_back_at<T: bytemuck::Pod>(
+    gpu: &GpuEngine,
+    src: &wgpu::Buffer,
+    offset: u64,
+    bytes: usize,
+) -> Result<Vec<T>> {
+    let size = bytes as u64;
+    if size == 0 {
+        return Ok(Vec::new());
+    }
     let staging = gpu.buffer("staging", size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)?;
     let mut encoder = gpu.ctx.device.create_command_encoder(&Default::default());
-    encoder.copy_buffer_to_buffer(src, 0, &staging, 0, size);
+    encoder.copy_buffer_to_buffer(src, offset, &staging, 0, size);
     gpu.ctx.queue.submit([encoder.finish()]);
     let mut values = Vec::new();
     map_and_read(gpu, &staging, |bytes| values = bytemuck::pod_collect_to_vec(bytes))?;

@@ -42,11 +42,13 @@ impl BlockPlan {
         b * self.rows..((b + 1) * self.rows).min(self.n)
     }
 
-    /// Every block with I <= J once, by rows: S(I, I), then S(I, J) for J > I, so that the
-    /// rows of block I are complete once the jobs of row I are.
+    /// Every block with I <= J once: the diagonal blocks S(I, I) first, which give every row
+    /// a bound before any pair meets it (`Engine::pair_candidates`), then the pairs by rows,
+    /// S(I, J) for J > I, so that the rows of block I are complete once the pairs of row I
+    /// are.
     pub fn graph_jobs(&self) -> Vec<Job> {
-        let row = |i| std::iter::once(Job::Diagonal(i)).chain((i + 1..self.count).map(move |j| Job::Pair(i, j)));
-        (0..self.count).flat_map(row).collect()
+        let pairs = |i| (i + 1..self.count).map(move |j| Job::Pair(i, j));
+        (0..self.count).map(Job::Diagonal).chain((0..self.count).flat_map(pairs)).collect()
     }
 }
 

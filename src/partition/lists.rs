@@ -48,6 +48,15 @@ impl Part {
         Part { first, slots: None, rows, kc, keys, ids, flags: vec![0; rows], exact: None }
     }
 
+    /// The largest key of row `r`'s list where it holds `kc` candidates, else +inf.
+    pub fn worst_key(&self, r: usize) -> f32 {
+        let row = r * self.kc..(r + 1) * self.kc;
+        match self.ids[row.clone()].contains(&NONE) {
+            true => f32::INFINITY,
+            false => self.keys[row].iter().copied().fold(f32::NEG_INFINITY, f32::max),
+        }
+    }
+
     fn lists_any(&self) -> bool {
         self.ids.iter().any(|&id| id != NONE)
     }
@@ -123,6 +132,14 @@ impl RowLists {
     pub fn new(rows: usize, kc: usize) -> Self {
         let exact = Some(vec![f64::INFINITY; rows * kc]);
         RowLists { kc, keys: vec![f32::INFINITY; rows * kc], ids: vec![NONE; rows * kc], flags: vec![0; rows], exact }
+    }
+
+    /// The largest key of row `r`'s list where it holds `kc` candidates, else +inf.
+    pub fn worst_key(&self, r: usize) -> f32 {
+        match self.ids[(r + 1) * self.kc - 1] {
+            NONE => f32::INFINITY,
+            _ => self.keys[(r + 1) * self.kc - 1],
+        }
     }
 
     pub fn merge(&mut self, part: &Part) {

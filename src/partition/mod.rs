@@ -95,7 +95,8 @@ pub(crate) fn graph(
             .collect(),
     };
     let kc = initial_candidates_of(task.k, task.data.rows(), task.include_self);
-    let mut run = Run::new(task, &row_stats, kc, &jobs)?;
+    let bounds = RowBounds::new(task.data.rows());
+    let mut run = Run::new(task, &row_stats, kc, &jobs, &bounds)?;
     run.spill = task.scratch.as_deref().map(|dir| Spill::new(dir, kc));
     let mut resumed = vec![false; jobs.len()];
     if let Some(c) = checkpoint {
@@ -116,7 +117,7 @@ pub(crate) fn graph(
 
     let execute = |engine: &Engine, work: &Work| {
         let done = match work {
-            Work::Block(job) => block_lists(engine, task, kc, *job),
+            Work::Block(job) => block_lists(engine, task, kc, *job, &bounds),
             Work::Search { batch, against } => Ok((search_lists(engine, task, batch, *against)?, false)),
         };
         crate::trace::mark(|| match work {
@@ -185,6 +186,45 @@ impl GraphTask<'_> {
     }
 }
 
+/// Each row's bound, as f32 bits: at or above the largest key the row's first-round list can
+/// end with, from the lists of `kc` candidates merged for it so far; +inf until one is.
+/// Pairs read the bounds of their J rows as they start (`Engine::pair_candidates`), while
+/// merges lower them: a bound read before a merge is higher, still a bound.
+struct RowBounds(Vec<std::sync::atomic::AtomicU32>);
+
+impl RowBounds {
+    fn new(rows: usize) -> Self {
+        RowBounds((0..rows).map(|_| f32::INFINITY.to_bits().into()).collect())
+    }
+
+    /// Lowers row `row`'s bound to `key` where that is lower.
+    fn lower(&self, row: usize, key: f32) {
+        let _ = self.0[row].fetch_update(Relaxed, Relaxed, |now| (key < f32::from_bits(now)).then_some(key.to_bits()));
+    }
+
+    /// The bounds of `rows`, each raised to the next float, so that a key equal to a row's
+    /// largest is kept: a row's list then does not depend on the order of the merges.
+    fn of(&self, rows: std::ops::Range<usize>) -> Vec<f32> {
+        self.0[rows].iter().map(|b| next_up(f32::from_bits(b.load(Relaxed)))).collect()
+    }
+}
+
+use std::sync::atomic::Ordering::Relaxed;
+
+/// The least float above `x` (+inf and NaN stay as they are).
+fn next_up(x: f32) -> f32 {
+    if x.is_nan() || x == f32::INFINITY {
+        return x;
+    }
+    let bits = x.to_bits();
+    let up = match x {
+        0.0 => 1, // either zero: the least positive subnormal
+        x if x > 0.0 => bits + 1,
+        _ => bits - 1,
+    };
+    f32::from_bits(up)
+}
+
 /// A unit of work for a worker.
 enum Work {
     /// A block of the first round.
@@ -238,13 +278,20 @@ struct Run<'a> {
     /// Threads of their own for merges and exact finishes, beside the workers: in the shared
     /// pool a merge held up the readers that copy a GPU's tiles out, and the GPU waited.
     host: rayon::ThreadPool,
+    bounds: &'a RowBounds,
 }
 
 /// The merges and exact finishes take one thread in this many.
 const HOST_SHARE: usize = 4;
 
 impl<'a> Run<'a> {
-    fn new(task: &'a GraphTask<'a>, row_stats: &'a RowStats, kc: usize, jobs: &[Job]) -> Result<Self> {
+    fn new(
+        task: &'a GraphTask<'a>,
+        row_stats: &'a RowStats,
+        kc: usize,
+        jobs: &[Job],
+        bounds: &'a RowBounds,
+    ) -> Result<Self> {
         let count = task.plan.count;
         // Every block of rows is held by its diagonal block and by a pair with each other
         // (of which a rank of a cluster computes its share).
@@ -276,6 +323,7 @@ impl<'a> Run<'a> {
             next_to_emit: 0,
             stats,
             host,
+            bounds,
         })
     }
 
@@ -287,12 +335,18 @@ impl<'a> Run<'a> {
             let b = part.first / plan.rows;
             part.first -= plan.range(b).start;
             let held = self.blocks[b].lists.is_some() || b < self.first_unfinished + self.task.lists_in_memory;
+            let first = plan.range(b).start + part.first;
+            let bounds = self.bounds;
             match (&mut self.spill, held) {
-                (Some(spill), false) => spill.put(b, &part)?,
+                (Some(spill), false) => {
+                    spill.put(b, &part)?;
+                    (0..part.rows).for_each(|r| bounds.lower(first + r, part.worst_key(r)));
+                }
                 _ => {
                     let rows = plan.range(b).len();
                     let lists = self.blocks[b].lists.get_or_insert_with(|| RowLists::new(rows, self.kc));
                     self.host.install(|| lists.merge(&part));
+                    (0..part.rows).for_each(|r| bounds.lower(first + r, lists.worst_key(part.first + r)));
                 }
             }
         }
@@ -572,7 +626,13 @@ enum Outcome {
 }
 /// A first-round job's lists: the rows of I among J and, off the diagonal, those of J among I;
 /// and whether an off-diagonal block computed each key once for both sides.
-fn block_lists(engine: &Engine, task: &GraphTask<'_>, kc: usize, job: Job) -> Result<(Vec<Part>, bool)> {
+fn block_lists(
+    engine: &Engine,
+    task: &GraphTask<'_>,
+    kc: usize,
+    job: Job,
+    bounds: &RowBounds,
+) -> Result<(Vec<Part>, bool)> {
     let plan = task.plan;
     let rows = |b: usize| {
         let r = plan.range(b);
@@ -588,7 +648,8 @@ fn block_lists(engine: &Engine, task: &GraphTask<'_>, kc: usize, job: Job) -> Re
         }
         Job::Pair(i, j) => {
             let ((first_i, block_i), (first_j, block_j)) = (rows(i), rows(j));
-            let pair = engine.pair_candidates(block_i, block_j, kc, task.shift, task.metric)?;
+            let bounds_j = bounds.of(plan.range(j));
+            let pair = engine.pair_candidates(block_i, block_j, kc, task.shift, task.metric, Some(&bounds_j))?;
             let parts = vec![
                 Part::from_candidates(first_i, pair.of_i, first_j).padded(kc),
                 Part::from_candidates(first_j, pair.of_j, first_i).padded(kc),

@@ -51,12 +51,13 @@ pub(in crate::gpu) struct DistanceParams {
     pub(in crate::gpu) column_cap: u32,
     /// Vec4s of ranked answers to publish (distance_publish.wgsl); 0: none.
     pub(in crate::gpu) publish_len: u32,
-    /// Unused by distance.wgsl; kept so that the struct's layout stays that of its `Params`.
-    pub(in crate::gpu) column_begin: u32,
+    /// Index of the tile's first query row, which column rows list as its id.
+    pub(in crate::gpu) query_first: u32,
     /// Shortlist slot of the tile's first column, where columns take keys (`column_end`);
     /// query row r's is slot r.
     pub(in crate::gpu) column_lists: u32,
-    pub(in crate::gpu) _pad: u32,
+    /// Index in the row state of global column 0, whose bound column rows read.
+    pub(in crate::gpu) column_state: u32,
 }
 
 /// Queries, corpus rows, their norms, row state (read); keys, shortlist lengths, shortlists.

@@ -19,7 +19,7 @@ use copy_out::{TileOut, TileRead};
 pub(super) use corpus::CorpusBuffers;
 use corpus::PreparedRows;
 use tile_buffers::TileSizes;
-pub(super) use tile_buffers::{TileBuffers, TileKey};
+pub(super) use tile_buffers::{ColumnFilter, TileBuffers, TileKey};
 
 use super::engine::GpuEngine;
 use super::kernels::GROUPED_ROWS;
@@ -77,13 +77,25 @@ struct QueryTile {
 }
 
 /// How a round's query tiles meet the corpus.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Sides {
+#[derive(Clone, Copy, PartialEq)]
+enum Sides<'b> {
     /// Each query tile meets the corpus rows its sweep plans.
     Whole,
     /// A two-sided block of a graph: the corpus rows `[I; J]` cut at `split`, each row meeting
     /// only the other side's rows.
     Two { split: usize },
+    /// A plain sweep whose corpus rows also keep the keys under their `bounds`
+    /// ([`CorpusSession::filtered_candidates`]).
+    Filtered { filter: ColumnFilter, bounds: &'b [f32] },
+}
+
+/// What a filtered search found for its corpus rows: per row, how many keys fell under its
+/// bound, and the first `cap` of them as (key bits, query row); a row whose count passes
+/// `cap` lost the rest.
+pub(crate) struct ColumnLists {
+    pub cap: usize,
+    pub counts: Vec<u32>,
+    pub pairs: Vec<[u32; 2]>,
 }
 
 impl CorpusSession<'_> {
@@ -98,7 +110,31 @@ impl CorpusSession<'_> {
         certify: Option<&Certify<'_>>,
         report: &(dyn Fn(usize) + Sync),
     ) -> Result<Candidates> {
-        self.candidates_of(queries, queries_are_corpus, exclude, kc, certify, report, Sides::Whole)
+        let (cands, _) = self.candidates_of(queries, queries_are_corpus, exclude, kc, certify, report, Sides::Whole)?;
+        Ok(cands)
+    }
+
+    /// The kc best fp32 candidates of each row of `queries` (none of them corpus rows) among
+    /// the corpus rows, and for each corpus row the keys of query rows below its bound
+    /// (`bounds`, one a corpus row): a pair of blocks of a graph searched one way, each key
+    /// computed once for both its rows. `None` where the corpus rows' lists of `cap` pairs
+    /// do not fit the device beside the search.
+    pub fn filtered_candidates(
+        &mut self,
+        queries: MatrixRef<'_>,
+        bounds: &[f32],
+        cap: usize,
+        kc: usize,
+    ) -> Result<Option<(Candidates, ColumnLists)>> {
+        debug_assert_eq!(bounds.len(), self.corpus.rows());
+        let filter = ColumnFilter { rows: self.corpus.rows(), cap };
+        if self.gpu.filtered_budget(filter).is_none() {
+            return Ok(None);
+        }
+        let exclude = vec![NONE; queries.rows()];
+        let sides = Sides::Filtered { filter, bounds };
+        let (cands, lists) = self.candidates_of(queries, false, &exclude, kc, None, &|_| {}, sides)?;
+        Ok(Some((cands, lists.expect("a filtered search reads its column lists back"))))
     }
 
     /// The kc best fp32 candidates of each corpus row among the rows on the other side of
@@ -113,7 +149,8 @@ impl CorpusSession<'_> {
             return Ok(None);
         }
         let exclude = vec![NONE; n];
-        self.candidates_of(self.corpus, true, &exclude, kc, None, &|_| {}, Sides::Two { split }).map(Some)
+        let (cands, _) = self.candidates_of(self.corpus, true, &exclude, kc, None, &|_| {}, Sides::Two { split })?;
+        Ok(Some(cands))
     }
 
     /// The tiles of a round of `nq` queries: the sweep that `plan::choose_sweep` picks, or
@@ -121,6 +158,12 @@ impl CorpusSession<'_> {
     fn sweep_plan(&self, nq: usize, kc: usize, from_corpus: bool, ranks: bool, sides: Sides) -> Result<TilePlan> {
         let gpu = self.gpu;
         match sides {
+            Sides::Filtered { filter, .. } => {
+                let dev = gpu.filtered_budget(filter).ok_or_else(|| {
+                    crate::error::Error::Gpu("a filtered search whose lists do not fit was swept".into())
+                })?;
+                plan::plan_tiles(nq, self.corpus.cols(), kc, self.plan, self.corpus.rows(), gpu.tile_caps, dev)
+            }
             Sides::Whole => plan::choose_sweep(plan::SweepAsk {
                 nq,
                 d: self.corpus.cols(),
@@ -154,7 +197,7 @@ impl CorpusSession<'_> {
         certify: Option<&Certify<'_>>,
         report: &(dyn Fn(usize) + Sync),
         sides: Sides,
-    ) -> Result<Candidates> {
+    ) -> Result<(Candidates, Option<ColumnLists>)> {
         let gpu = self.gpu;
         let nq = queries.rows();
         let d = queries.cols();
@@ -167,11 +210,18 @@ impl CorpusSession<'_> {
         // Sparse distance tiles, where the plan takes them, while they pay on this data.
         let sparse_pays = gpu.sparse_tiles_pay();
         let checked = |t: TilePlan| TilePlan { sparse: t.sparse && sparse_pays, ..t };
-        let plan_with = |caps: plan::TileCaps| {
-            plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), caps, gpu.budget()).map(checked)
+        let filter = match sides {
+            Sides::Filtered { filter, .. } => Some(filter),
+            _ => None,
         };
+        let dev = match filter {
+            Some(f) => gpu.filtered_budget(f).unwrap_or(gpu.budget()),
+            None => gpu.budget(),
+        };
+        let plan_with =
+            |caps: plan::TileCaps| plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), caps, dev).map(checked);
         let tiles = checked(self.sweep_plan(nq, kc, from_corpus, certify.is_some(), sides)?);
-        debug_assert!(sides == Sides::Whole || tiles.symmetric, "a two-sided block is a symmetric sweep");
+        debug_assert!(!matches!(sides, Sides::Two { .. }) || tiles.symmetric, "a two-sided block is a symmetric sweep");
         // The one-invocation kernel of rows under GROUPED_ROWS sums its own norms.
         if gpu_exact && self.metric == Metric::Cosine && gpu.kernels.refine.is_some() && d >= GROUPED_ROWS {
             let corpus_norms = match self.exact_norms.take() {
@@ -194,7 +244,16 @@ impl CorpusSession<'_> {
                 self.plan.chunk_rows.div_ceil(tiles.column_tile)
             };
             let sorts_columns = gpu.sort_select && tiles.symmetric;
-            TileKey { corpus: (self.corpus.rows(), d), tiles, kc, column_tiles, gpu_exact, certify_k, sorts_columns }
+            TileKey {
+                corpus: (self.corpus.rows(), d),
+                tiles,
+                kc,
+                column_tiles,
+                gpu_exact,
+                certify_k,
+                sorts_columns,
+                filter,
+            }
         };
         let mut key = key_of(tiles);
         let mut reused = true;
@@ -289,7 +348,9 @@ impl CorpusSession<'_> {
             Sides::Whole if tiles.symmetric => {
                 (0..nq).step_by(q).map(|q0| tile_of(q0, nq, (0, (q0 + q).min(nq)), q0)).collect()
             }
-            Sides::Whole => (0..nq).step_by(q).map(|q0| tile_of(q0, nq, (0, self.corpus.rows()), 0)).collect(),
+            Sides::Whole | Sides::Filtered { .. } => {
+                (0..nq).step_by(q).map(|q0| tile_of(q0, nq, (0, self.corpus.rows()), 0)).collect()
+            }
             Sides::Two { split } => {
                 // I's rows first meet J's first tiles (at least kc rows), which gives them a
                 // bound; J's tiles then meet I, and those not met yet offer their keys to I's
@@ -318,6 +379,9 @@ impl CorpusSession<'_> {
             if buffers.shared_keys {
                 self.sort_lists_by_index(kc, &buffers)?;
             }
+        }
+        if let Sides::Filtered { bounds, .. } = sides {
+            self.start_column_lists(&buffers, bounds)?;
         }
         if tiles.bounded.is_some() {
             // Every row's bound and empty list before the first tile appends to later rows.
@@ -446,13 +510,42 @@ impl CorpusSession<'_> {
             Ok(shortlisted)
         })?;
         out.shortlisted = shortlisted;
+        let column_lists = match filter {
+            Some(_) => Some(self.read_column_lists(&buffers)?),
+            None => None,
+        };
         if tiles.sparse {
             gpu.record_sparse(nq, out.incomplete.iter().filter(|&&i| i).count());
         }
         // Every tile's answers but the last one's.
         out.published = if publishes { nq - query_tiles.last().map_or(0, |t| t.rows) } else { 0 };
         *gpu.tile_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, buffers));
-        Ok(out)
+        Ok((out, column_lists))
+    }
+
+    /// A filtered search's corpus rows: their bounds after the state rows, and empty lists.
+    fn start_column_lists(&self, b: &TileBuffers, bounds: &[f32]) -> Result<()> {
+        let (filter, first_list) = b.filter.expect("a filtered search's buffers have its lists");
+        let state: Vec<[u32; 2]> = bounds.iter().map(|bound| [NONE, bound.to_bits()]).collect();
+        self.gpu.write_at(&b.row_state, (b.state_rows * 8) as u64, "column bounds", bytemuck::cast_slice(&state))?;
+        let mut encoder = self.gpu.ctx.device.create_command_encoder(&Default::default());
+        encoder.clear_buffer(&b.shortlist_len, (first_list * 4) as u64, Some((filter.rows * 4) as u64));
+        self.gpu.ctx.queue.submit([encoder.finish()]);
+        Ok(())
+    }
+
+    /// The corpus rows' lists of a filtered search, once every tile has run.
+    fn read_column_lists(&self, b: &TileBuffers) -> Result<ColumnLists> {
+        let (filter, first_list) = b.filter.expect("a filtered search's buffers have its lists");
+        let counts =
+            super::transfer::read_back_at(self.gpu, &b.shortlist_len, (first_list * 4) as u64, filter.rows * 4)?;
+        let pairs = super::transfer::read_back_at(
+            self.gpu,
+            &b.shortlist,
+            (first_list * filter.cap * 8) as u64,
+            filter.rows * filter.cap * 8,
+        )?;
+        Ok(ColumnLists { cap: filter.cap, counts, pairs })
     }
 }
 

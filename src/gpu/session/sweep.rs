@@ -29,7 +29,9 @@ impl CorpusSession<'_> {
         gpu.ctx.queue.write_buffer(&b.row_state, 0, bytemuck::cast_slice(&row_state));
         let mut encoder = gpu.ctx.device.create_command_encoder(&Default::default());
         encoder.clear_buffer(&b.failed, 0, None);
-        encoder.clear_buffer(&b.shortlist_len, 0, None);
+        // A filtered search's corpus rows keep their lists from tile to tile.
+        let slots = b.filter.map(|(_, first_list)| (first_list * 4) as u64);
+        encoder.clear_buffer(&b.shortlist_len, 0, slots);
         gpu.ctx.queue.submit([encoder.finish()]);
         gpu.add_transfer_time(started);
         Ok(())
@@ -244,9 +246,18 @@ impl CorpusSession<'_> {
                         groups_x: gx,
                         shortlist_cap,
                         row_base: base as u32,
-                        column_end: if sorted_columns { col_base } else { appends_below as u32 },
-                        column_cap: cap as u32,
-                        column_lists: column_lists as u32,
+                        column_end: match b.filter {
+                            Some(_) => self.corpus.rows() as u32,
+                            None if sorted_columns => col_base,
+                            None => appends_below as u32,
+                        },
+                        column_cap: b.filter.map_or(cap, |(f, _)| f.cap) as u32,
+                        column_lists: match b.filter {
+                            Some((_, first_list)) => (first_list + col_base as usize) as u32,
+                            None => column_lists as u32,
+                        },
+                        column_state: if b.filter.is_some() { b.state_rows as u32 } else { 0 },
+                        query_first: q0 as u32,
                         publish_len: publishing_bind.as_ref().filter(|_| first_tile).map_or(0, |&(_, len)| len),
                         ..Default::default()
                     });

@@ -21,6 +21,26 @@ pub(in crate::gpu) struct TileKey {
     /// The batch index sort selector gives a symmetric sweep's column side too, which keeps
     /// a tile's key order (`TileBuffers::key_order`).
     pub(super) sorts_columns: bool,
+    /// A search whose corpus rows keep lists of the keys under their bounds too
+    /// (`CorpusSession::filtered_candidates`).
+    pub(super) filter: Option<ColumnFilter>,
+}
+
+/// The corpus side of a filtered search: each of its `rows` rows has a bound in the row
+/// state (from index `TileKey::state_rows` on) and a list of `cap` pairs in the shortlists,
+/// after the query rows' slots, kept for the whole search.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(in crate::gpu) struct ColumnFilter {
+    pub(in crate::gpu) rows: usize,
+    pub(in crate::gpu) cap: usize,
+}
+
+impl ColumnFilter {
+    /// The list index (in lists of `cap` pairs) of the first corpus row: past the `slots`
+    /// query slots of `slot_cap` pairs each.
+    pub(super) fn first_list(&self, slots: usize, slot_cap: usize) -> usize {
+        (slots * slot_cap).div_ceil(self.cap)
+    }
 }
 
 impl TileKey {
@@ -110,6 +130,8 @@ pub(in crate::gpu) struct TileBuffers {
     /// each row's list of every key under its bound.
     pub(super) shortlist_len: wgpu::Buffer,
     pub(super) shortlist: wgpu::Buffer,
+    /// A filtered search's corpus side, and the index of its first row's list.
+    pub(super) filter: Option<(ColumnFilter, usize)>,
     pub(super) uniform: wgpu::Buffer,
     /// Read-back of the running lists, then (at `flags_at`) the failure flags; two where the
     /// budget allows (`TilePlan::read_backs`), so that one query tile's results are copied out
@@ -194,18 +216,27 @@ impl TileSizes {
         let certify_staging = certify_k.map_or(0, |k| CertifyLayout::new(q, k).flags_at + (q * 4) as u64);
         // Shared keys are read across tiles: every row's are kept.
         let key_rows = if key.shares_mutual_keys() { state_rows } else { q };
+        // A filtered search's corpus rows: a bound each after the state rows, a list each
+        // after the query slots.
+        let (filter_state, shortlist_len, shortlist) = match key.filter {
+            Some(f) => {
+                let lists = f.first_list(key.shortlist_rows(), tiles.shortlist_cap) + f.rows;
+                (f.rows, lists, lists * f.cap)
+            }
+            None => (0, key.shortlist_rows(), key.shortlist_rows() * tiles.shortlist_cap),
+        };
         TileSizes {
             raw_queries: (q * d * 4) as u64,
             query_vectors: (q * d.div_ceil(4) * 16) as u64,
             query_norms: (q * 4) as u64,
-            row_state: (state_rows * 8) as u64,
+            row_state: ((state_rows + filter_state) * 8) as u64,
             failed: (state_rows * 4) as u64,
             dist: (q * tiles.dist_stride * 4) as u64,
             aux: (q * tiles.scratch_stride * 4) as u64,
             key_order: if sorts_columns { (q * tiles.scratch_stride * 4) as u64 } else { 0 },
             candidates: ((state_rows + q) * kc * 8) as u64,
-            shortlist_len: (key.shortlist_rows() * 4) as u64,
-            shortlist: (key.shortlist_rows() * tiles.shortlist_cap * 8).max(8) as u64,
+            shortlist_len: (shortlist_len * 4) as u64,
+            shortlist: (shortlist * 8).max(8) as u64,
             uniform: (1 + (slots_per_tile * column_tiles) as u64) * PARAM_SLOT,
             staging: candidate_staging.max(certify_staging),
             read_backs: tiles.read_backs,
@@ -342,8 +373,9 @@ impl TileBuffers {
             },
             candidates: buffer(old(|e| &e.candidates), "candidates", want.candidates, storage | copy)?,
             shortlist_len: buffer(old(|e| &e.shortlist_len), "shortlist lengths", want.shortlist_len, storage | copy)?,
-            shortlist: buffer(old(|e| &e.shortlist), "shortlists", want.shortlist, storage)?,
+            shortlist: buffer(old(|e| &e.shortlist), "shortlists", want.shortlist, storage | copy)?,
             state_rows: key.state_rows(),
+            filter: key.filter.map(|f| (f, f.first_list(key.shortlist_rows(), tiles.shortlist_cap))),
             uniform: buffer(
                 old(|e| &e.uniform),
                 "params",
