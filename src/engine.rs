@@ -114,8 +114,8 @@ impl Engine {
 impl Engine {
     /// The two sides of an off-diagonal block of a graph: the `kc` best candidates of each row
     /// of `i` among the rows of `j` (ids rows of `j`), and of each row of `j` among those of
-    /// `i` (ids rows of `i`), and whether each key was computed once for both its rows (a
-    /// two-sided block). Both backends do so where both blocks have at least `kc` rows, and
+    /// `i` (ids rows of `i`), and how. Each key is computed once for both its rows in a
+    /// two-sided block: both backends do so where both blocks have at least `kc` rows, and
     /// the GPU where the block fits its sweep. Elsewhere, given `bounds_j` (a bound for each
     /// row of `j` at or above the largest key its final list can hold), the GPU searches the
     /// rows of `i` among those of `j` and keeps the keys under `j`'s bounds for `j`'s rows;
@@ -157,7 +157,7 @@ impl Engine {
             if let Some(cands) = once {
                 let (of_i, of_j) = split_sides(cands, i.rows());
                 crate::trace::mark(|| "pair: split".into());
-                return Ok(PairCandidates { of_i, of_j, once: true });
+                return Ok(PairCandidates { of_i, of_j, way: PairWay::TwoSided });
             }
         }
         if let (Engine::Gpu(g), Some(bounds)) = (self, bounds_j) {
@@ -172,7 +172,7 @@ impl Engine {
                 crate::trace::mark(|| {
                     format!("pair: columns listed, {} rows of j searched again", of_j.failed.len() - of_j.shortlisted)
                 });
-                return Ok(PairCandidates { of_i, of_j, once: true });
+                return Ok(PairCandidates { of_i, of_j, way: PairWay::OneWay });
             }
         }
         let side = |queries: MatrixRef<'_>, corpus: MatrixRef<'_>| {
@@ -190,7 +190,7 @@ impl Engine {
             };
             self.candidates(job, &|_| {})
         };
-        Ok(PairCandidates { of_i: side(i, j)?, of_j: side(j, i)?, once: false })
+        Ok(PairCandidates { of_i: side(i, j)?, of_j: side(j, i)?, way: PairWay::TwoSearches })
     }
 }
 
@@ -270,8 +270,19 @@ pub(crate) struct PairCandidates {
     pub of_i: Candidates,
     /// The rows of `j` among those of `i`.
     pub of_j: Candidates,
-    /// Each key was computed once, for both its rows.
-    pub once: bool,
+    pub way: PairWay,
+}
+
+/// How the two sides of an off-diagonal block were computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PairWay {
+    /// One symmetric sweep over the rows of both blocks: each key once, for both its rows.
+    TwoSided,
+    /// The rows of `i` searched among those of `j`, the rows of `j` keeping the keys under
+    /// their bounds: each key once.
+    OneWay,
+    /// Two searches: each key twice.
+    TwoSearches,
 }
 
 /// Candidates of the rows `[i; j]` of a two-sided block, ids into `[i; j]`, as those of `i`
@@ -368,7 +379,7 @@ mod tests {
             }
             assert!(checked * 10 >= rows.rows() * 9, "{label}: only {checked} rows checked");
         }
-        pair.once
+        pair.way == PairWay::TwoSided
     }
 
     #[test]

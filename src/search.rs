@@ -411,6 +411,9 @@ pub struct RunStats {
     /// Off-diagonal blocks of a partitioned graph computed two-sided: each distance once, for
     /// the rows on both sides (rather than as two searches).
     pub pair_blocks_once: usize,
+    /// Off-diagonal blocks of a partitioned graph computed one way: the rows of one block
+    /// searched among the other's, whose rows kept the keys under their bounds.
+    pub pair_blocks_one_way: usize,
     /// Blocks of a partitioned graph read from its checkpoint rather than computed.
     pub blocks_resumed: usize,
     /// Bytes of candidate lists a partitioned graph spilled to its scratch directory.

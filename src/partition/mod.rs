@@ -32,7 +32,7 @@ use spill::Spill;
 
 use crate::cluster::{self, Cluster};
 use crate::data::{Matrix, MatrixRef};
-use crate::engine::{CandidateJob, Engine};
+use crate::engine::{CandidateJob, Engine, PairWay};
 use crate::error::Error;
 use crate::error::Result;
 use crate::metric::Metric;
@@ -118,7 +118,7 @@ pub(crate) fn graph(
     let execute = |engine: &Engine, work: &Work| {
         let done = match work {
             Work::Block(job) => block_lists(engine, task, kc, *job, &bounds),
-            Work::Search { batch, against } => Ok((search_lists(engine, task, batch, *against)?, false)),
+            Work::Search { batch, against } => Ok((search_lists(engine, task, batch, *against)?, None)),
         };
         crate::trace::mark(|| match work {
             Work::Block(job) => format!("block {job:?} computed"),
@@ -131,9 +131,10 @@ pub(crate) fn graph(
     let mut on_done = |run: &mut Run<'_>,
                        stats: &mut RunStats,
                        work: Work,
-                       (parts, once): (Vec<Part>, bool),
+                       (parts, way): (Vec<Part>, Option<PairWay>),
                        more: &mut Vec<Work>| {
-        stats.pair_blocks_once += usize::from(once);
+        stats.pair_blocks_once += usize::from(way == Some(PairWay::TwoSided));
+        stats.pair_blocks_one_way += usize::from(way == Some(PairWay::OneWay));
         match work {
             Work::Block(job) => {
                 if let Some(c) = checkpoint {
@@ -625,14 +626,14 @@ enum Outcome {
     Unproven,
 }
 /// A first-round job's lists: the rows of I among J and, off the diagonal, those of J among I;
-/// and whether an off-diagonal block computed each key once for both sides.
+/// and how an off-diagonal block computed them.
 fn block_lists(
     engine: &Engine,
     task: &GraphTask<'_>,
     kc: usize,
     job: Job,
     bounds: &RowBounds,
-) -> Result<(Vec<Part>, bool)> {
+) -> Result<(Vec<Part>, Option<PairWay>)> {
     let plan = task.plan;
     let rows = |b: usize| {
         let r = plan.range(b);
@@ -644,7 +645,7 @@ fn block_lists(
             let exclude: Vec<u32> =
                 if task.include_self { vec![NONE; block.rows()] } else { (0..block.rows() as u32).collect() };
             let available = block.rows() - usize::from(!task.include_self);
-            Ok((vec![lists_of(engine, task, kc, block, block, true, &exclude, available, first, first)?], false))
+            Ok((vec![lists_of(engine, task, kc, block, block, true, &exclude, available, first, first)?], None))
         }
         Job::Pair(i, j) => {
             let ((first_i, block_i), (first_j, block_j)) = (rows(i), rows(j));
@@ -655,7 +656,7 @@ fn block_lists(
                 Part::from_candidates(first_j, pair.of_j, first_i).padded(kc),
             ];
             crate::trace::mark(|| "pair: parts".into());
-            Ok((parts, pair.once))
+            Ok((parts, Some(pair.way)))
         }
     }
 }

@@ -239,10 +239,13 @@ fn read<'f>(file: &'f MatrixFile, spec: &str, engine: &EngineArgs) -> Outcome<In
     Ok(Input::Read(m))
 }
 
-/// A partitioned graph's blocks, e.g. `136 blocks (120 pairs computed two-sided)`.
+/// A partitioned graph's blocks, e.g. `136 blocks (120 pairs computed two-sided, 0 one way)`.
 pub fn blocks_summary(stats: &knng::RunStats) -> String {
     let resumed = if stats.blocks_resumed > 0 { format!(", {} resumed", stats.blocks_resumed) } else { String::new() };
-    format!("{} blocks ({} pairs computed two-sided{resumed})", stats.blocks, stats.pair_blocks_once)
+    format!(
+        "{} blocks ({} pairs computed two-sided, {} one way{resumed})",
+        stats.blocks, stats.pair_blocks_once, stats.pair_blocks_one_way
+    )
 }
 
 fn finish(engine: &EngineArgs, knn: &Knn, summary: String, rows: usize, elapsed: f64, out: &Path) {

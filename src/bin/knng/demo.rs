@@ -136,7 +136,7 @@ pub fn bench(a: BenchArgs) -> Outcome {
             "{{\"what\":\"{what}\",\"n\":{n},\"queries\":{nq},\"d\":{d},\"k\":{k},\"metric\":\"{metric}\",\
              \"algorithm\":\"{}\",\"backend\":{},\"init_s\":{init:.6},\"seconds\":{best:.6},\"first_s\":{first:.6},\"fresh_answers\":{},\"repeat\":{},\"rows_per_s\":{:.1},\
              \"gflops\":{gflops:.3},\"rounds\":{},\"rows_widened\":{},\"rows_brute_forced\":{},\
-             \"rows_in_symmetric_blocks\":{},\"rows_in_bounded_sweeps\":{},\"rows_overflowed\":{},\"blocks\":{},\"pair_blocks_once\":{},\"tile_buffer_allocations\":{},\"prepare_s\":{:.6},\"candidates_s\":{:.6},\"refine_s\":{:.6},\"gpu\":{}}}",
+             \"rows_in_symmetric_blocks\":{},\"rows_in_bounded_sweeps\":{},\"rows_overflowed\":{},\"blocks\":{},\"pair_blocks_once\":{},\"pair_blocks_one_way\":{},\"tile_buffer_allocations\":{},\"prepare_s\":{:.6},\"candidates_s\":{:.6},\"refine_s\":{:.6},\"gpu\":{}}}",
             stats.algorithm,
             json_string(&knn.description()),
             a.fresh_answers,
@@ -150,6 +150,7 @@ pub fn bench(a: BenchArgs) -> Outcome {
             stats.rows_overflowed,
             stats.blocks,
             stats.pair_blocks_once,
+            stats.pair_blocks_one_way,
             stats.tile_buffer_allocations,
             stats.prepare_seconds,
             stats.candidate_seconds,

@@ -537,15 +537,28 @@ impl CorpusSession<'_> {
     /// The corpus rows' lists of a filtered search, once every tile has run.
     fn read_column_lists(&self, b: &TileBuffers) -> Result<ColumnLists> {
         let (filter, first_list) = b.filter.expect("a filtered search's buffers have its lists");
-        let counts =
-            super::transfer::read_back_at(self.gpu, &b.shortlist_len, (first_list * 4) as u64, filter.rows * 4)?;
-        let pairs = super::transfer::read_back_at(
-            self.gpu,
-            &b.shortlist,
-            (first_list * filter.cap * 8) as u64,
-            filter.rows * filter.cap * 8,
-        )?;
-        Ok(ColumnLists { cap: filter.cap, counts, pairs })
+        let gpu = self.gpu;
+        let counts: Vec<u32> =
+            super::transfer::read_back_at(gpu, &b.shortlist_len, (first_list * 4) as u64, filter.rows * 4)?;
+        // Each list's pairs in use, copied out of mapped memory by several threads: a list
+        // holds about kc of its 2 kc, and one thread reads mapped memory at a fraction of the
+        // bus's speed.
+        let cap = filter.cap;
+        let bytes = (filter.rows * cap * 8) as u64;
+        let staging = gpu.buffer("column lists", bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)?;
+        let mut encoder = gpu.ctx.device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(&b.shortlist, (first_list * cap * 8) as u64, &staging, 0, bytes);
+        gpu.ctx.queue.submit([encoder.finish()]);
+        let mut pairs = crate::data::zeroed_answers::<[u32; 2]>(filter.rows * cap);
+        super::transfer::map_and_read(gpu, &staging, |mapped| {
+            use rayon::prelude::*;
+            let mapped: &[[u32; 2]] = bytemuck::cast_slice(mapped);
+            pairs.par_chunks_mut(cap).zip(mapped.par_chunks(cap)).zip(&counts).for_each(|((to, from), &count)| {
+                let used = (count as usize).min(cap);
+                to[..used].copy_from_slice(&from[..used]);
+            });
+        })?;
+        Ok(ColumnLists { cap, counts, pairs })
     }
 }
 

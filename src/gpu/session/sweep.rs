@@ -259,7 +259,6 @@ impl CorpusSession<'_> {
                         column_state: if b.filter.is_some() { b.state_rows as u32 } else { 0 },
                         query_first: q0 as u32,
                         publish_len: publishing_bind.as_ref().filter(|_| first_tile).map_or(0, |&(_, len)| len),
-                        ..Default::default()
                     });
                     let job = match publishing {
                         Some(bind) => Job { step: Step::DistancePublishing, offset, groups: (gx, gy), bind },
