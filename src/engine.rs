@@ -216,11 +216,19 @@ impl Engine {
             if count > cap {
                 return;
             }
-            let mut pairs: Vec<(f32, u32)> =
-                lists.pairs[r * cap..r * cap + count].iter().map(|&[key, id]| (f32::from_bits(key), id)).collect();
-            pairs.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            for (slot, (key, id)) in pairs.into_iter().take(kc).enumerate() {
-                (keys[slot], ids[slot]) = (key, id);
+            let listed = &lists.pairs[r * cap..r * cap + count];
+            let mut take = |pairs: &mut dyn Iterator<Item = (f32, u32)>| {
+                for (slot, (key, id)) in pairs.enumerate() {
+                    (keys[slot], ids[slot]) = (key, id);
+                }
+            };
+            // Candidates go in no particular order: only a list longer than kc is sorted.
+            if count <= kc {
+                take(&mut listed.iter().map(|&[key, id]| (f32::from_bits(key), id)));
+            } else {
+                let mut pairs: Vec<(f32, u32)> = listed.iter().map(|&[key, id]| (f32::from_bits(key), id)).collect();
+                pairs.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                take(&mut pairs.into_iter().take(kc));
             }
         });
         let overflowed: Vec<usize> = (0..rows).filter(|&r| lists.counts[r] as usize > cap).collect();
@@ -356,8 +364,20 @@ mod tests {
     /// Rows of each side whose list is the kc nearest rows of the other side (where the
     /// kc-th and the next distance differ: the fp32 keys may order near-ties either way).
     fn assert_sides_exact(engine: &Engine, i: MatrixRef<'_>, j: MatrixRef<'_>, kc: usize) -> bool {
+        assert_sides_exact_within(engine, i, j, kc, None).0 == PairWay::TwoSided
+    }
+
+    /// [`assert_sides_exact`], the rows of `j` bounded by `bounds_j`; how the pair was
+    /// computed, and how many rows of `j` took their lists from the keys under their bounds.
+    fn assert_sides_exact_within(
+        engine: &Engine,
+        i: MatrixRef<'_>,
+        j: MatrixRef<'_>,
+        kc: usize,
+        bounds_j: Option<&[f32]>,
+    ) -> (PairWay, usize) {
         let shift = vec![0.0; i.cols()];
-        let pair = engine.pair_candidates(i, j, kc, &shift, Metric::SqEuclidean, None).unwrap();
+        let pair = engine.pair_candidates(i, j, kc, &shift, Metric::SqEuclidean, bounds_j).unwrap();
         let label = engine.description();
         for (rows, other, cands) in [(i, j, &pair.of_i), (j, i, &pair.of_j)] {
             // A side searched among fewer than kc rows lists them all.
@@ -379,7 +399,7 @@ mod tests {
             }
             assert!(checked * 10 >= rows.rows() * 9, "{label}: only {checked} rows checked");
         }
-        pair.way == PairWay::TwoSided
+        (pair.way, pair.of_j.shortlisted)
     }
 
     #[test]
@@ -410,6 +430,36 @@ mod tests {
             assert!(assert_sides_exact(&gpu, j.slice_rows(0..256), i, 40), "{}", gpu.description());
             // A split not on a tile boundary is two searches.
             assert!(!assert_sides_exact(&gpu, i.slice_rows(0..100), j, 24), "{}", gpu.description());
+        }
+    }
+
+    /// A pair computed one way: the rows of `j` take their lists from the keys under their
+    /// bounds, or, where those overflow their lists, from a search among the rows of `i`.
+    #[test]
+    fn pairs_computed_one_way_give_each_side_its_nearest_rows() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let data: Vec<f32> = (0..(300 + 256) * 12).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let (i, j) = data.split_at(300 * 12);
+        let (i, j) = (MatrixRef::new(i, 300, 12).unwrap(), MatrixRef::new(j, 256, 12).unwrap());
+        let kc = 24;
+        // Each row of j bounded just above its kc-th key among the rows of i: its list comes
+        // from the keys under it alone. With no bound, every row's list overflows.
+        let tight: Vec<f32> = (0..j.rows()).map(|r| (reference(j.row(r), i)[kc - 1].0 * 1.001) as f32).collect();
+        let none = vec![f32::INFINITY; j.rows()];
+        for no_subgroups in [false, true] {
+            // Query tiles of 64 rows; blocks this small are not computed two-sided.
+            let options =
+                Options { backend: Backend::Gpu, no_subgroups, max_query_tile: Some(64), ..Options::default() };
+            let gpu = GpuEngine::new(&options.gpu_settings(), false)
+                .unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));
+            let gpu = Engine::Gpu(Box::new(gpu));
+            for (bounds, listed) in [(&tight, j.rows()), (&none, 0)] {
+                let got = assert_sides_exact_within(&gpu, i, j, kc, Some(bounds));
+                assert_eq!(got, (PairWay::OneWay, listed), "{}", gpu.description());
+            }
+            // The CPU computes the pair two-sided whatever the bounds.
+            let cpu = Engine::Cpu(CpuEngine::new(false));
+            assert_eq!(assert_sides_exact_within(&cpu, i, j, kc, Some(&tight)).0, PairWay::TwoSided);
         }
     }
 }

@@ -704,6 +704,18 @@ mod tests {
     const LAVAPIPE: DeviceBudget = DeviceBudget { max_binding: 128 << 20, budget: 1 << 30 };
 
     #[test]
+    fn filtered_searches_leave_most_of_the_budget_to_their_tiles() {
+        let dev = DeviceBudget { max_binding: 2 << 30, budget: 128 << 20 };
+        let cap = filtered_list_cap(32);
+        let left = filtered_budget(dev, 65536, cap).expect("lists of 65536 rows fit 128 MiB");
+        assert_eq!(left.budget, dev.budget - 65536 * (12 + cap as u64 * 8));
+        assert!(left.budget >= dev.budget * 2 / 3);
+        assert!(filtered_budget(dev, 131072, cap).is_none(), "lists over a third of the budget");
+        let narrow = DeviceBudget { max_binding: 16 << 20, budget: 1 << 30 };
+        assert!(filtered_budget(narrow, 65536, cap).is_none(), "lists over half a binding");
+    }
+
+    #[test]
     fn every_buffer_stays_under_the_binding_limit() {
         for &(n, d, kc) in &[
             (1usize, 1usize, 1usize),

@@ -706,3 +706,26 @@ fn lists_of(
     let part = Part::from_candidates(first, engine.candidates(job, &|_| {})?, id_offset);
     Ok(part.padded(kc))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_only_fall_and_are_read_just_above() {
+        assert_eq!(next_up(1.0), 1.0 + f32::EPSILON);
+        assert_eq!(next_up(-1.0), -1.0 + f32::EPSILON / 2.0);
+        assert!(next_up(0.0) > 0.0 && next_up(-0.0) == next_up(0.0));
+        assert_eq!(next_up(f32::INFINITY), f32::INFINITY);
+        assert_eq!(next_up(f32::MAX), f32::INFINITY);
+        let bounds = RowBounds::new(3);
+        bounds.lower(1, 2.0);
+        bounds.lower(1, 3.0);
+        bounds.lower(2, -0.5);
+        let read = bounds.of(0..3);
+        assert_eq!(read[0], f32::INFINITY);
+        assert_eq!(read[1], next_up(2.0));
+        assert_eq!(read[2], next_up(-0.5));
+        assert!(read[1] > 2.0 && read[2] > -0.5);
+    }
+}
