@@ -163,7 +163,9 @@ impl Engine {
         if let (Engine::Gpu(g), Some(bounds)) = (self, bounds_j) {
             let cap = crate::plan::filtered_list_cap(kc);
             let found = retry_smaller(g, || {
-                let mut session = g.open(j, shift, metric)?;
+                // The rows of j list theirs without float64 keys, which the merged lists
+                // of every row they meet then lack: those of i are not computed either.
+                let mut session = g.open_without_exact(j, shift, metric)?;
                 session.filtered_candidates(i, bounds, cap, kc.min(j.rows()))
             })?;
             crate::trace::mark(|| "pair: searched one way".into());

@@ -70,11 +70,22 @@ impl GpuEngine {
 
     /// The cached buffers of a resident corpus of this shape and plan, else new ones.
     fn corpus_buffers(&self, rows: usize, cols: usize, plan: CorpusPlan) -> Result<CorpusBuffers> {
+        self.corpus_buffers_keeping(rows, cols, plan, self.keeps_raw_rows(rows, cols, plan))
+    }
+
+    /// [`Self::corpus_buffers`], with the original rows beside the prepared ones or not.
+    fn corpus_buffers_keeping(
+        &self,
+        rows: usize,
+        cols: usize,
+        plan: CorpusPlan,
+        keep_raw: bool,
+    ) -> Result<CorpusBuffers> {
         let cached = self.corpus_cache.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(buffers) = cached.filter(|b| b.shape == (rows, cols) && b.plan == plan) {
+        let fits = |b: &CorpusBuffers| b.shape == (rows, cols) && b.plan == plan && b.raw.is_empty() != keep_raw;
+        if let Some(buffers) = cached.filter(fits) {
             return Ok(buffers);
         }
-        let keep_raw = self.keeps_raw_rows(rows, cols, plan);
         let chunks = || (0..rows).step_by(plan.chunk_rows).map(|first| (first, plan.chunk_rows.min(rows - first)));
         let prepared = chunks().map(|(first, n)| self.prepared_rows(first, n, cols)).collect::<Result<_>>()?;
         let raw = match keep_raw {
@@ -155,11 +166,32 @@ impl GpuEngine {
     /// Prepares the corpus on the GPU (resident if it fits half the budget, else streamed
     /// per query tile).
     pub fn open<'a>(&'a self, corpus: MatrixRef<'a>, shift: &[f32], metric: Metric) -> Result<CorpusSession<'a>> {
+        self.open_keeping(corpus, shift, metric, true)
+    }
+
+    /// [`Self::open`] with no exact keys on the GPU: the original rows are not kept there
+    /// (the host ranks the candidates, as it does those of a filtered search's corpus rows).
+    pub fn open_without_exact<'a>(
+        &'a self,
+        corpus: MatrixRef<'a>,
+        shift: &[f32],
+        metric: Metric,
+    ) -> Result<CorpusSession<'a>> {
+        self.open_keeping(corpus, shift, metric, false)
+    }
+
+    fn open_keeping<'a>(
+        &'a self,
+        corpus: MatrixRef<'a>,
+        shift: &[f32],
+        metric: Metric,
+        exact: bool,
+    ) -> Result<CorpusSession<'a>> {
         let (rows, cols) = (corpus.rows(), corpus.cols());
         self.forget_other_shapes(rows, cols);
         let plan = plan::plan_corpus(rows, cols, self.budget())?;
         let buffers = if plan.resident {
-            self.corpus_buffers(rows, cols, plan)?
+            self.corpus_buffers_keeping(rows, cols, plan, exact && self.keeps_raw_rows(rows, cols, plan))?
         } else {
             *self.corpus_cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
             CorpusBuffers { shape: (rows, cols), plan, prepared: Vec::new(), raw: Vec::new(), staged: None }
