@@ -106,6 +106,10 @@ pub(crate) const MAX_DENSE_COLUMN_TILE: usize = 65536;
 /// tiles are taken only where they leave this many, or narrow ones leave no more.
 const MIN_WIDE_QUERY_ROWS: usize = 1024;
 
+/// Query rows a plan of sparse distance tiles aims for, narrowing its first, dense tile down
+/// to [`MIN_COLUMN_TILE`] for them.
+const MIN_SPARSE_QUERY_ROWS: usize = 4096;
+
 /// Caps on tile sizes below what the budget allows (tests give small problems many tiles).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TileCaps {
@@ -165,7 +169,10 @@ pub(crate) fn plan_tiles(
         loop {
             let plan = plan_tiles_within(nq, d, kc, corpus, n, TileCaps { column, ..caps }, dev)
                 .map(|t| TilePlan { sparse: narrowed && t.shortlist_cap > 0, ..t });
-            let short = plan.as_ref().map_or(true, |t| t.query_rows < nq.min(MIN_WIDE_QUERY_ROWS));
+            // Once narrowed, only a query tile's first distance tile is dense: a narrower one
+            // costs a tile more, where taller query tiles save dispatches on every tile.
+            let want = if narrowed { MIN_SPARSE_QUERY_ROWS } else { MIN_WIDE_QUERY_ROWS };
+            let short = plan.as_ref().map_or(true, |t| t.query_rows < nq.min(want));
             if !short || column.min(corpus.chunk_rows) / 2 < MIN_COLUMN_TILE {
                 return plan;
             }
@@ -969,10 +976,15 @@ mod tests {
             let dev = DeviceBudget { max_binding: budget.min(2 << 30), budget };
             plan_tiles(n, 128, kc, plan_corpus(n, 128, dev).unwrap(), n, TileCaps::default(), dev).unwrap()
         };
-        // A search of 32768 rows against as many under 64 MiB: 2048-column tiles, sparse.
+        // A search of 32768 rows against as many under 64 MiB: sparse tiles after a first one
+        // narrowed to 1024 columns for taller query tiles.
         let small = plan(32768, 32, 64 << 20);
-        assert!(small.sparse && small.column_tile < MAX_COLUMN_TILE && small.shortlist_cap > 0, "{small:?}");
-        // Sparse tiles double: 2048, 2048, 4096, ... cover the chunk in a handful.
+        assert!(small.sparse && small.column_tile == MIN_COLUMN_TILE && small.shortlist_cap > 0, "{small:?}");
+        let dev = DeviceBudget { max_binding: 64 << 20, budget: 64 << 20 };
+        let caps = TileCaps { column: 2048, ..TileCaps::default() };
+        let wider = plan_tiles_within(32768, 128, 32, plan_corpus(32768, 128, dev).unwrap(), 32768, caps, dev).unwrap();
+        assert!(small.query_rows > wider.query_rows, "{small:?} against {wider:?}");
+        // Sparse tiles double: 1024, 1024, 2048, ... cover the chunk in a handful.
         let mut widths = Vec::new();
         let mut met = 0;
         while met < 32768 {
@@ -980,7 +992,7 @@ mod tests {
             widths.push(w);
             met += w;
         }
-        assert_eq!(widths, [2048, 2048, 4096, 8192, 16384]);
+        assert_eq!(widths, [1024, 1024, 2048, 4096, 8192, 16384]);
         // The default budget's tiles are as wide as ever, and dense.
         let ample = plan(32768, 32, 4 << 30);
         assert!(!ample.sparse && ample.column_tile == MAX_COLUMN_TILE, "{ample:?}");
