@@ -27,15 +27,16 @@ fn parts(corpus_rows: usize, query_rows: usize, dim: usize, k: usize) -> [(&'sta
 }
 
 /// Host memory a partitioned graph holds at its peak, in bytes, beyond its input: the rows'
-/// statistics, for each of `workers` jobs in flight its two blocks of rows prepared and their
-/// candidate lists, the merged lists of `lists_in_memory` blocks of `block_rows` rows, and
-/// the answers of two blocks of rows.
+/// statistics and bounds, for each of `workers` jobs in flight its two blocks of rows
+/// prepared, their candidate lists and a pair's column lists (2 kc pairs a row), the merged
+/// lists of `lists_in_memory` blocks of `block_rows` rows, and the answers of two blocks of
+/// rows.
 pub(crate) fn partitioned_estimate(p: Problem, block_rows: usize, workers: usize, lists_in_memory: usize) -> u64 {
     let kc = crate::search::initial_candidates(p.k).min(p.n.max(p.k)) as u128;
     let (n, d, k, r) = (p.n as u128, p.d as u128, p.k as u128, block_rows as u128);
     let lists = r * (kc * 16 + 1);
-    let job = 2 * lists + 2 * r * (d * 4 + 16);
-    let bytes = n * 16 + workers as u128 * job + lists_in_memory as u128 * lists + 2 * r * k * 8;
+    let job = 3 * lists + 2 * r * (d * 4 + 16);
+    let bytes = n * 20 + workers as u128 * job + lists_in_memory as u128 * lists + 2 * r * k * 8;
     bytes.min(u64::MAX as u128) as u64
 }
 
