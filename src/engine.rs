@@ -177,22 +177,32 @@ impl Engine {
                 return Ok(PairCandidates { of_i, of_j, way: PairWay::OneWay });
             }
         }
-        let side = |queries: MatrixRef<'_>, corpus: MatrixRef<'_>| {
-            let exclude = vec![NONE; queries.rows()];
-            let kc = kc.min(corpus.rows());
-            let job = CandidateJob {
-                corpus,
-                queries,
-                queries_are_corpus: false,
-                exclude: &exclude,
-                kc,
-                shift,
-                metric,
-                symmetric: None,
-            };
-            self.candidates(job, &|_| {})
-        };
+        let side = |queries, corpus| self.search_among(queries, corpus, kc, shift, metric);
         Ok(PairCandidates { of_i: side(i, j)?, of_j: side(j, i)?, way: PairWay::TwoSearches })
+    }
+
+    /// The `kc` best candidates (at most every row) of each row of `queries` among the rows
+    /// of `corpus`, another block: nothing excluded.
+    fn search_among(
+        &self,
+        queries: MatrixRef<'_>,
+        corpus: MatrixRef<'_>,
+        kc: usize,
+        shift: &[f32],
+        metric: Metric,
+    ) -> Result<Candidates> {
+        let exclude = vec![NONE; queries.rows()];
+        let job = CandidateJob {
+            corpus,
+            queries,
+            queries_are_corpus: false,
+            exclude: &exclude,
+            kc: kc.min(corpus.rows()),
+            shift,
+            metric,
+            symmetric: None,
+        };
+        self.candidates(job, &|_| {})
     }
 }
 
@@ -238,18 +248,8 @@ impl Engine {
             let mut vectors = Vec::with_capacity(overflowed.len() * j.cols());
             overflowed.iter().for_each(|&r| vectors.extend_from_slice(j.row(r)));
             let queries = MatrixRef::new(&vectors, overflowed.len(), j.cols())?;
-            let exclude = vec![NONE; overflowed.len()];
-            let job = CandidateJob {
-                corpus: i,
-                queries,
-                queries_are_corpus: false,
-                exclude: &exclude,
-                kc,
-                shift,
-                metric,
-                symmetric: None,
-            };
-            let found = self.candidates(job, &|_| {})?;
+            // kc is at most the rows of i: the search's lists are as long as these.
+            let found = self.search_among(queries, i, kc, shift, metric)?;
             for (slot, &r) in overflowed.iter().enumerate() {
                 keys[r * kc..(r + 1) * kc].copy_from_slice(&found.keys[slot * kc..(slot + 1) * kc]);
                 ids[r * kc..(r + 1) * kc].copy_from_slice(&found.ids[slot * kc..(slot + 1) * kc]);
