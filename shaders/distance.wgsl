@@ -20,8 +20,9 @@
 //   mode 2 (inner product, larger is nearer): -q.c
 // and writes +inf where the corpus row is the query itself (kNN graph without self).
 //
-// Shortlist (shortlist_cap > 0, every distance tile after a query tile's first): each row
-// carries a bound, the largest key of its running candidate list. A key below it is also
+// Shortlist (shortlist_cap > 0, every distance tile after a query tile's first, or every one
+// where the rows start with bounds from the host): each row carries a bound, the largest key
+// of its running candidate list or the host's bound. A key below it is also
 // appended to the row's shortlist, so that the selection reads a few dozen pairs instead of
 // the whole row. A row whose shortlist overflows is selected from the dense tile as before,
 // except in a sparse tile (out_stride 0), which stores no dense keys: there the merge marks

@@ -36,8 +36,10 @@
 // Shortlists (shortlist_cap > 0, distance tiles after a query tile's first): the distance
 // kernel has already appended each row's keys below its bound to the row's shortlist. The
 // dense select then only serves rows whose shortlist overflowed, and the merge takes the
-// shortlist as its second list where it did not. Whatever writes a running list leaves its
-// largest key as the row's next bound; the merge empties the shortlist.
+// shortlist as its second list where it did not. Whatever writes a running list lowers the
+// row's bound to its largest key; the merge empties the shortlist. Rows whose bound comes
+// from the host (`queries_bounded` plans) start with lists of +inf and have every distance
+// tile sparse.
 // A row that does not finish within MAX_PASSES sets its flag; the host then answers that row
 // another way, so a pathological row is slow but never wrong.
 
@@ -618,6 +620,13 @@ fn mark_incomplete(row: u32) {
     shortlist_len[row] = 0u;
 }
 
+// A row's bound after its running list was written with largest key `largest`. A list of
+// fewer than kc candidates has +inf as its largest key; the row's bound then stands (rows that
+// start with a bound from the host keep it until kc keys under it have been met).
+fn lowered_bound(row: u32, largest: f32) -> u32 {
+    return bitcast<u32>(min(largest, bitcast<f32>(row_state[row].y)));
+}
+
 // After a merge: the shortlist is consumed, start the next tile's empty. Bit 1 of the row's
 // flags records that a shortlist was used, for the host's statistics.
 fn end_merge(row: u32) {
@@ -918,7 +927,7 @@ fn select_row(lid: u32, wid: vec3<u32>) {
         storageBarrier();
         running_bound(lid, row);
         if (lid == 0u) {
-            row_state[row].y = pivot_bits;
+            row_state[row].y = lowered_bound(row, bitcast<f32>(pivot_bits));
         }
     }
     if (lid == 0u) {

@@ -131,7 +131,7 @@ fn select_rows_per_subgroup(
         if (count * ((params.need + size - 1u) / size) <= INSERT_WORK) {
             let bound = insert_shortlist(row, lane, size, count);
             if (lane == 0u) {
-                row_state[row].y = bitcast<u32>(bound);
+                row_state[row].y = lowered_bound(row, bound);
                 end_merge(row);
             }
             inserted = true;
@@ -264,7 +264,7 @@ fn select_rows_per_subgroup(
     largest = subgroupMax(largest);
     if (lane == 0u) {
         if (params.out_offset == 0u) {
-            row_state[row].y = bitcast<u32>(largest);
+            row_state[row].y = lowered_bound(row, largest);
         }
         end_merge(row);
     }

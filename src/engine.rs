@@ -116,10 +116,10 @@ impl Engine {
     /// of `i` among the rows of `j` (ids rows of `j`), and of each row of `j` among those of
     /// `i` (ids rows of `i`), and how. Each key is computed once for both its rows in a
     /// two-sided block: both backends do so where both blocks have at least `kc` rows, and
-    /// the GPU where the block fits its sweep. Elsewhere, given `bounds_j` (a bound for each
-    /// row of `j` at or above the largest key its final list can hold), the GPU searches the
-    /// rows of `i` among those of `j` and keeps the keys under `j`'s bounds for `j`'s rows;
-    /// otherwise the two sides are two searches.
+    /// the GPU where the block fits its sweep. Elsewhere, given `bounds`, the GPU searches the
+    /// rows of `i` among those of `j`, listing for each row of `i` the keys under its bound
+    /// and keeping those under `j`'s bounds for `j`'s rows; otherwise the two sides are two
+    /// searches. A side listed from the keys under its bounds may list fewer than `kc`.
     pub fn pair_candidates(
         &self,
         i: MatrixRef<'_>,
@@ -127,7 +127,7 @@ impl Engine {
         kc: usize,
         shift: &[f32],
         metric: Metric,
-        bounds_j: Option<&[f32]>,
+        bounds: Option<PairBounds<'_>>,
     ) -> Result<PairCandidates> {
         // Decided before the blocks are copied and a GPU session uploads them.
         let two_sided = kc <= i.rows().min(j.rows())
@@ -160,16 +160,21 @@ impl Engine {
                 return Ok(PairCandidates { of_i, of_j, way: PairWay::TwoSided });
             }
         }
-        if let (Engine::Gpu(g), Some(bounds)) = (self, bounds_j) {
+        if let (Engine::Gpu(g), Some(bounds)) = (self, bounds) {
             let cap = crate::plan::filtered_list_cap(kc);
             let found = retry_smaller(g, || {
                 // The rows of j list theirs without float64 keys, which the merged lists
                 // of every row they meet then lack: those of i are not computed either.
                 let mut session = g.open_without_exact(j, shift, metric)?;
-                session.filtered_candidates(i, bounds, cap, kc.min(j.rows()))
+                session.filtered_candidates(i, Some(bounds.i), bounds.j, cap, kc.min(j.rows()))
             })?;
             crate::trace::mark(|| "pair: searched one way".into());
-            if let Some((of_i, lists)) = found {
+            if let Some((mut of_i, lists)) = found {
+                // Rows of i whose keys under their bounds overflowed a shortlist.
+                let overflowed: Vec<usize> = (0..i.rows()).filter(|&r| of_i.incomplete.get(r) == Some(&true)).collect();
+                let kc_i = of_i.kc;
+                self.search_again(&overflowed, i, j, kc_i, &mut of_i.keys, &mut of_i.ids, shift, metric)?;
+                of_i.incomplete.iter_mut().for_each(|incomplete| *incomplete = false);
                 let of_j = self.column_candidates(i, j, lists, kc.min(i.rows()), shift, metric)?;
                 crate::trace::mark(|| {
                     format!("pair: columns listed, {} rows of j searched again", of_j.failed.len() - of_j.shortlisted)
@@ -207,6 +212,35 @@ impl Engine {
 }
 
 impl Engine {
+    /// Lists `rows` of `block` again from a search among the rows of `among`: their `kc`
+    /// best candidates (at most the rows of `among`) into `keys` and `ids`, `kc` a row.
+    #[allow(clippy::too_many_arguments)]
+    fn search_again(
+        &self,
+        rows: &[usize],
+        block: MatrixRef<'_>,
+        among: MatrixRef<'_>,
+        kc: usize,
+        keys: &mut [f32],
+        ids: &mut [u32],
+        shift: &[f32],
+        metric: Metric,
+    ) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut vectors = Vec::with_capacity(rows.len() * block.cols());
+        rows.iter().for_each(|&r| vectors.extend_from_slice(block.row(r)));
+        let queries = MatrixRef::new(&vectors, rows.len(), block.cols())?;
+        debug_assert!(kc <= among.rows(), "the search's lists are as long as these");
+        let found = self.search_among(queries, among, kc, shift, metric)?;
+        for (slot, &r) in rows.iter().enumerate() {
+            keys[r * kc..(r + 1) * kc].copy_from_slice(&found.keys[slot * kc..(slot + 1) * kc]);
+            ids[r * kc..(r + 1) * kc].copy_from_slice(&found.ids[slot * kc..(slot + 1) * kc]);
+        }
+        Ok(())
+    }
+
     /// The candidates of the rows of `j` among those of `i` from a filtered search's column
     /// lists: each row's `kc` best (key, id) pairs of those under its bound; a row whose list
     /// overflowed is searched among the rows of `i` instead.
@@ -244,17 +278,7 @@ impl Engine {
             }
         });
         let overflowed: Vec<usize> = (0..rows).filter(|&r| lists.counts[r] as usize > cap).collect();
-        if !overflowed.is_empty() {
-            let mut vectors = Vec::with_capacity(overflowed.len() * j.cols());
-            overflowed.iter().for_each(|&r| vectors.extend_from_slice(j.row(r)));
-            let queries = MatrixRef::new(&vectors, overflowed.len(), j.cols())?;
-            // kc is at most the rows of i: the search's lists are as long as these.
-            let found = self.search_among(queries, i, kc, shift, metric)?;
-            for (slot, &r) in overflowed.iter().enumerate() {
-                keys[r * kc..(r + 1) * kc].copy_from_slice(&found.keys[slot * kc..(slot + 1) * kc]);
-                ids[r * kc..(r + 1) * kc].copy_from_slice(&found.ids[slot * kc..(slot + 1) * kc]);
-            }
-        }
+        self.search_again(&overflowed, j, i, kc, &mut keys, &mut ids, shift, metric)?;
         Ok(Candidates {
             kc,
             keys,
@@ -272,6 +296,14 @@ impl Engine {
             ranked: None,
         })
     }
+}
+
+/// Bounds of the rows of a pair of blocks (`Engine::pair_candidates`): for each row, a key at
+/// or above the largest its final list can hold.
+#[derive(Clone, Copy)]
+pub(crate) struct PairBounds<'a> {
+    pub i: &'a [f32],
+    pub j: &'a [f32],
 }
 
 /// What [`Engine::pair_candidates`] found.
@@ -369,17 +401,17 @@ mod tests {
         assert_sides_exact_within(engine, i, j, kc, None).0 == PairWay::TwoSided
     }
 
-    /// [`assert_sides_exact`], the rows of `j` bounded by `bounds_j`; how the pair was
-    /// computed, and how many rows of `j` took their lists from the keys under their bounds.
+    /// [`assert_sides_exact`], the rows bounded by `bounds`; how the pair was computed, and
+    /// how many rows of `j` and of `i` took their lists from the keys under their bounds.
     fn assert_sides_exact_within(
         engine: &Engine,
         i: MatrixRef<'_>,
         j: MatrixRef<'_>,
         kc: usize,
-        bounds_j: Option<&[f32]>,
-    ) -> (PairWay, usize) {
+        bounds: Option<PairBounds<'_>>,
+    ) -> (PairWay, usize, usize) {
         let shift = vec![0.0; i.cols()];
-        let pair = engine.pair_candidates(i, j, kc, &shift, Metric::SqEuclidean, bounds_j).unwrap();
+        let pair = engine.pair_candidates(i, j, kc, &shift, Metric::SqEuclidean, bounds).unwrap();
         let label = engine.description();
         for (rows, other, cands) in [(i, j, &pair.of_i), (j, i, &pair.of_j)] {
             // A side searched among fewer than kc rows lists them all.
@@ -401,7 +433,7 @@ mod tests {
             }
             assert!(checked * 10 >= rows.rows() * 9, "{label}: only {checked} rows checked");
         }
-        (pair.way, pair.of_j.shortlisted)
+        (pair.way, pair.of_j.shortlisted, pair.of_i.shortlisted)
     }
 
     #[test]
@@ -435,8 +467,9 @@ mod tests {
         }
     }
 
-    /// A pair computed one way: the rows of `j` take their lists from the keys under their
-    /// bounds, or, where those overflow their lists, from a search among the rows of `i`.
+    /// A pair computed one way: each side's rows take their lists from the keys under their
+    /// bounds, or, where those overflow their shortlists or lists, from a search among the
+    /// other side's rows.
     #[test]
     fn pairs_computed_one_way_give_each_side_its_nearest_rows() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
@@ -444,10 +477,15 @@ mod tests {
         let (i, j) = data.split_at(300 * 12);
         let (i, j) = (MatrixRef::new(i, 300, 12).unwrap(), MatrixRef::new(j, 256, 12).unwrap());
         let kc = 24;
-        // Each row of j bounded just above its kc-th key among the rows of i: its list comes
-        // from the keys under it alone. With no bound, every row's list overflows.
-        let tight: Vec<f32> = (0..j.rows()).map(|r| (reference(j.row(r), i)[kc - 1].0 * 1.001) as f32).collect();
-        let none = vec![f32::INFINITY; j.rows()];
+        // Each row bounded just above its kc-th key among the other side's rows: its list
+        // comes from the keys under it alone. Bounded by its 150th, more keys than a query
+        // row's shortlist holds (2 kc + 64) fall under it; with no bound, every row of j
+        // overflows its list, and the rows of i take a dense first tile for their bounds.
+        let bound_at = |rows: MatrixRef<'_>, other, rank: usize| -> Vec<f32> {
+            (0..rows.rows()).map(|r| (reference(rows.row(r), other)[rank].0 * 1.001) as f32).collect()
+        };
+        let (tight_i, loose_i, tight_j) = (bound_at(i, j, kc - 1), bound_at(i, j, 150), bound_at(j, i, kc - 1));
+        let (none_i, none_j) = (vec![f32::INFINITY; i.rows()], vec![f32::INFINITY; j.rows()]);
         for no_subgroups in [false, true] {
             // Query tiles of 64 rows; blocks this small are not computed two-sided.
             let options =
@@ -455,13 +493,20 @@ mod tests {
             let gpu = GpuEngine::new(&options.gpu_settings(), false)
                 .unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));
             let gpu = Engine::Gpu(Box::new(gpu));
-            for (bounds, listed) in [(&tight, j.rows()), (&none, 0)] {
-                let got = assert_sides_exact_within(&gpu, i, j, kc, Some(bounds));
-                assert_eq!(got, (PairWay::OneWay, listed), "{}", gpu.description());
+            let cases = [
+                (&tight_i, &tight_j, (j.rows(), i.rows())),
+                (&loose_i, &tight_j, (j.rows(), 0)),
+                (&none_i, &none_j, (0, 0)),
+            ];
+            for (bounds_i, bounds_j, listed) in cases {
+                let bounds = PairBounds { i: bounds_i, j: bounds_j };
+                let (way, listed_j, listed_i) = assert_sides_exact_within(&gpu, i, j, kc, Some(bounds));
+                assert_eq!((way, (listed_j, listed_i)), (PairWay::OneWay, listed), "{}", gpu.description());
             }
             // The CPU computes the pair two-sided whatever the bounds.
             let cpu = Engine::Cpu(CpuEngine::new(false));
-            assert_eq!(assert_sides_exact_within(&cpu, i, j, kc, Some(&tight)).0, PairWay::TwoSided);
+            let bounds = PairBounds { i: &tight_i, j: &tight_j };
+            assert_eq!(assert_sides_exact_within(&cpu, i, j, kc, Some(bounds)).0, PairWay::TwoSided);
         }
     }
 }

@@ -68,6 +68,9 @@ pub(crate) struct TilePlan {
     /// again by the caller), and each such tile is as wide as the columns already met
     /// ([`sparse_tile_width`]), so that its width is not bounded by memory.
     pub sparse: bool,
+    /// The query rows start with bounds from the caller ([`plan_bounded_queries`]): every
+    /// distance tile is sparse, the first too, and running lists start empty.
+    pub queries_bounded: bool,
 }
 
 /// How a bounded sweep ([`plan_bounded`]) bounds its rows: each row's key of rank `rank`
@@ -230,47 +233,18 @@ fn plan_tiles_within(
     let column_tile = corpus.chunk_rows.min(caps.column);
     let dist_stride = column_tile.next_multiple_of(4);
     let scratch_stride = column_tile.max(2 * kc);
-    let row = prepared_row_bytes(d);
-    let corpus_bytes = if corpus.resident { n as u64 * row } else { 2 * corpus.chunk_rows as u64 * row };
-    let free = dev.budget.saturating_sub(corpus_bytes);
-    let query_rows_with = |shortlist_cap: usize, read_backs: usize| {
-        let per_query_row = query_row_bytes(dist_stride, scratch_stride, kc, shortlist_cap, read_backs, row, false);
-        let limits = [
-            free / per_query_row,
-            dev.max_binding / (4 * dist_stride as u64),
-            dev.max_binding / (4 * scratch_stride as u64),
-            dev.max_binding / (16 * kc as u64),
-            dev.max_binding / (8 * shortlist_cap.max(1) as u64),
-            dev.max_binding / row,
-            MAX_QUERY_ROWS.min(caps.query) as u64,
-            nq as u64,
-        ];
-        (limits.into_iter().min().unwrap_or(0) as usize, per_query_row)
-    };
+    let fit = QueryRowFit { nq, d, kc, corpus, n, caps, dev, dist_stride, scratch_stride };
     // A merge holds the running list and the shortlist in the auxiliary arrays. Shortlists
     // are an optimisation: for long lists, or under a budget so tight that they would halve
     // the query tile, every tile is selected densely instead.
     let mut shortlist_cap = (2 * kc + 64).min(scratch_stride - kc);
-    let (mut query_rows, per_query_row) = query_rows_with(shortlist_cap, 1);
-    let (dense_rows, _) = query_rows_with(0, 1);
+    let mut query_rows = fit.rows(shortlist_cap, 1);
+    let dense_rows = fit.rows(0, 1);
     if kc > DENSE_KC || query_rows < dense_rows / 2 || query_rows == 0 {
         shortlist_cap = 0;
         query_rows = dense_rows;
     }
-    // The most read-back buffers that leave three quarters of the tile.
-    let (read_backs, rows) = [3, 2]
-        .into_iter()
-        .map(|read_backs| (read_backs, query_rows_with(shortlist_cap, read_backs).0))
-        .find(|&(_, rows)| rows >= query_rows - query_rows / 4 && rows > 0)
-        .unwrap_or((1, query_rows));
-    query_rows = rows;
-    if query_rows == 0 {
-        return Err(Error::TooLargeForDevice(format!(
-            "{kc} candidates per query need {per_query_row} bytes per query row, more than the GPU memory budget \
-             ({} bytes, largest binding {} bytes) allows; use a smaller k or the CPU backend",
-            dev.budget, dev.max_binding
-        )));
-    }
+    let (query_rows, read_backs) = fit.with_read_backs(query_rows, shortlist_cap)?;
     Ok(TilePlan {
         query_rows,
         column_tile,
@@ -281,7 +255,108 @@ fn plan_tiles_within(
         symmetric: false,
         bounded: None,
         sparse: false,
+        queries_bounded: false,
     })
+}
+
+/// Tiles of a search whose query rows start with bounds from the caller (a pair of blocks
+/// searched one way, `CorpusSession::filtered_candidates`): every distance tile is sparse,
+/// the first too, so neither a distance tile nor the select's auxiliary arrays hold a tile's
+/// width, only a merge of the running list and a shortlist, and query tiles are several
+/// times taller than [`plan_tiles`] makes them under the same budget. A row's bound is its
+/// kc-th key among the rows it has met, at least a block's, so about kc keys of a block as
+/// large fall under it: a first tile spans the whole chunk. A row whose shortlist overflows
+/// is marked incomplete. Lists longer than [`DENSE_KC`] keep no shortlists: [`plan_tiles`].
+pub(crate) fn plan_bounded_queries(
+    nq: usize,
+    d: usize,
+    kc: usize,
+    corpus: CorpusPlan,
+    n: usize,
+    caps: TileCaps,
+    dev: DeviceBudget,
+) -> Result<TilePlan> {
+    if kc > DENSE_KC {
+        return plan_tiles(nq, d, kc, corpus, n, caps, dev);
+    }
+    let shortlist_cap = 2 * kc + 64;
+    // No kernel stores a sparse tile's keys; the distance and select kernels still bind it.
+    let dist_stride = 4;
+    let scratch_stride = kc + shortlist_cap;
+    let fit = QueryRowFit { nq, d, kc, corpus, n, caps, dev, dist_stride, scratch_stride };
+    let (query_rows, read_backs) = fit.with_read_backs(fit.rows(shortlist_cap, 1), shortlist_cap)?;
+    Ok(TilePlan {
+        query_rows,
+        column_tile: corpus.chunk_rows.min(caps.column),
+        dist_stride,
+        scratch_stride,
+        shortlist_cap,
+        read_backs,
+        symmetric: false,
+        bounded: None,
+        sparse: true,
+        queries_bounded: true,
+    })
+}
+
+/// How many query rows of a plain sweep's tiles of the given strides fit the budget and the
+/// binding limits.
+struct QueryRowFit {
+    nq: usize,
+    d: usize,
+    kc: usize,
+    corpus: CorpusPlan,
+    n: usize,
+    caps: TileCaps,
+    dev: DeviceBudget,
+    dist_stride: usize,
+    scratch_stride: usize,
+}
+
+impl QueryRowFit {
+    fn per_query_row(&self, shortlist_cap: usize, read_backs: usize) -> u64 {
+        let row = prepared_row_bytes(self.d);
+        query_row_bytes(self.dist_stride, self.scratch_stride, self.kc, shortlist_cap, read_backs, row, false)
+    }
+
+    fn rows(&self, shortlist_cap: usize, read_backs: usize) -> usize {
+        let (dev, row) = (self.dev, prepared_row_bytes(self.d));
+        let corpus = self.corpus;
+        let corpus_bytes = if corpus.resident { self.n as u64 * row } else { 2 * corpus.chunk_rows as u64 * row };
+        let free = dev.budget.saturating_sub(corpus_bytes);
+        let limits = [
+            free / self.per_query_row(shortlist_cap, read_backs),
+            dev.max_binding / (4 * self.dist_stride as u64),
+            dev.max_binding / (4 * self.scratch_stride as u64),
+            dev.max_binding / (16 * self.kc as u64),
+            dev.max_binding / (8 * shortlist_cap.max(1) as u64),
+            dev.max_binding / row,
+            MAX_QUERY_ROWS.min(self.caps.query) as u64,
+            self.nq as u64,
+        ];
+        limits.into_iter().min().unwrap_or(0) as usize
+    }
+
+    /// The most read-back buffers that leave three quarters of `query_rows` (planned with
+    /// one), and the query rows they leave.
+    fn with_read_backs(&self, query_rows: usize, shortlist_cap: usize) -> Result<(usize, usize)> {
+        let (read_backs, rows) = [3, 2]
+            .into_iter()
+            .map(|read_backs| (read_backs, self.rows(shortlist_cap, read_backs)))
+            .find(|&(_, rows)| rows >= query_rows - query_rows / 4 && rows > 0)
+            .unwrap_or((1, query_rows));
+        if rows == 0 {
+            let (kc, dev) = (self.kc, self.dev);
+            return Err(Error::TooLargeForDevice(format!(
+                "{kc} candidates per query need {} bytes per query row, more than the GPU memory budget \
+                 ({} bytes, largest binding {} bytes) allows; use a smaller k or the CPU backend",
+                self.per_query_row(shortlist_cap, 1),
+                dev.budget,
+                dev.max_binding
+            )));
+        }
+        Ok((rows, read_backs))
+    }
 }
 
 /// Lists longer than this select every distance tile densely instead of keeping shortlists:
@@ -428,6 +503,7 @@ pub(crate) fn plan_symmetric(
         symmetric: true,
         bounded: None,
         sparse: false,
+        queries_bounded: false,
     })
 }
 
@@ -551,6 +627,7 @@ pub(crate) fn plan_bounded(
         symmetric: false,
         bounded: Some(bounded),
         sparse: false,
+        queries_bounded: false,
     })
 }
 
@@ -720,6 +797,25 @@ mod tests {
         assert!(filtered_budget(dev, 131072, cap).is_none(), "lists over a third of the budget");
         let narrow = DeviceBudget { max_binding: 16 << 20, budget: 1 << 30 };
         assert!(filtered_budget(narrow, 65536, cap).is_none(), "lists over half a binding");
+    }
+
+    #[test]
+    fn bounded_query_rows_take_tall_tiles_of_sparse_keys_only() {
+        // A pair of blocks of 65536 rows, d = 128, kc = 32 under 128 MiB less the column lists.
+        let dev = filtered_budget(DeviceBudget { max_binding: 2 << 30, budget: 128 << 20 }, 65536, 64).unwrap();
+        let corpus = plan_corpus(65536, 128, dev).unwrap();
+        let plain = plan_tiles(65536, 128, 32, corpus, 65536, TileCaps::default(), dev).unwrap();
+        let bounded = plan_bounded_queries(65536, 128, 32, corpus, 65536, TileCaps::default(), dev).unwrap();
+        assert!(bounded.sparse && bounded.queries_bounded && !plain.queries_bounded, "{bounded:?}");
+        // One tile spans the block; the auxiliary arrays hold a merge, not a tile.
+        assert_eq!((bounded.column_tile, bounded.scratch_stride), (65536, 32 + bounded.shortlist_cap));
+        assert!(bounded.query_rows >= 3 * plain.query_rows, "{bounded:?} against {plain:?}");
+        let row = prepared_row_bytes(128);
+        let per_row = query_row_bytes(bounded.dist_stride, bounded.scratch_stride, 32, 128, bounded.read_backs, row, false);
+        assert!(65536 * row + bounded.query_rows as u64 * per_row <= dev.budget);
+        // Lists too long for shortlists take the plain plan.
+        let long = plan_bounded_queries(4096, 128, 512, corpus, 65536, TileCaps::default(), dev).unwrap();
+        assert!(!long.queries_bounded && long.shortlist_cap == 0, "{long:?}");
     }
 
     #[test]

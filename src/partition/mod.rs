@@ -32,7 +32,7 @@ use spill::Spill;
 
 use crate::cluster::{self, Cluster};
 use crate::data::{Matrix, MatrixRef};
-use crate::engine::{CandidateJob, Engine, PairWay};
+use crate::engine::{CandidateJob, Engine, PairBounds, PairWay};
 use crate::error::Error;
 use crate::error::Result;
 use crate::metric::Metric;
@@ -189,7 +189,7 @@ impl GraphTask<'_> {
 
 /// Each row's bound, as f32 bits: at or above the largest key the row's first-round list can
 /// end with, from the lists of `kc` candidates merged for it so far; +inf until one is.
-/// Pairs read the bounds of their J rows as they start (`Engine::pair_candidates`), while
+/// Pairs read the bounds of their rows as they start (`Engine::pair_candidates`), while
 /// merges lower them: a bound read before a merge is higher, still a bound.
 struct RowBounds(Vec<std::sync::atomic::AtomicU32>);
 
@@ -649,8 +649,9 @@ fn block_lists(
         }
         Job::Pair(i, j) => {
             let ((first_i, block_i), (first_j, block_j)) = (rows(i), rows(j));
-            let bounds_j = bounds.of(plan.range(j));
-            let pair = engine.pair_candidates(block_i, block_j, kc, task.shift, task.metric, Some(&bounds_j))?;
+            let (bounds_i, bounds_j) = (bounds.of(plan.range(i)), bounds.of(plan.range(j)));
+            let bounds = PairBounds { i: &bounds_i, j: &bounds_j };
+            let pair = engine.pair_candidates(block_i, block_j, kc, task.shift, task.metric, Some(bounds))?;
             let parts = vec![
                 Part::from_candidates(first_i, pair.of_i, first_j).padded(kc),
                 Part::from_candidates(first_j, pair.of_j, first_i).padded(kc),

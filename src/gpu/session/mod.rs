@@ -85,8 +85,9 @@ enum Sides<'b> {
     /// only the other side's rows.
     Two { split: usize },
     /// A plain sweep whose corpus rows also keep the keys under their `bounds`
-    /// ([`CorpusSession::filtered_candidates`]).
-    Filtered { filter: ColumnFilter, bounds: &'b [f32] },
+    /// ([`CorpusSession::filtered_candidates`]); the query rows start with `query_bounds`
+    /// where given.
+    Filtered { filter: ColumnFilter, bounds: &'b [f32], query_bounds: Option<&'b [f32]> },
 }
 
 /// What a filtered search found for its corpus rows: per row, how many keys fell under its
@@ -117,22 +118,26 @@ impl CorpusSession<'_> {
     /// The kc best fp32 candidates of each row of `queries` (none of them corpus rows) among
     /// the corpus rows, and for each corpus row the keys of query rows below its bound
     /// (`bounds`, one a corpus row): a pair of blocks of a graph searched one way, each key
-    /// computed once for both its rows. `None` where the corpus rows' lists of `cap` pairs
-    /// do not fit the device beside the search.
+    /// computed once for both its rows. `query_bounds`, where given, bound the queries'
+    /// lists in the same way: each lists only its candidates under its bound (rows whose
+    /// keys under it overflow a shortlist come back incomplete). `None` where the corpus rows'
+    /// lists of `cap` pairs do not fit the device beside the search.
     pub fn filtered_candidates(
         &mut self,
         queries: MatrixRef<'_>,
+        query_bounds: Option<&[f32]>,
         bounds: &[f32],
         cap: usize,
         kc: usize,
     ) -> Result<Option<(Candidates, ColumnLists)>> {
         debug_assert_eq!(bounds.len(), self.corpus.rows());
+        debug_assert!(query_bounds.is_none_or(|b| b.len() == queries.rows()));
         let filter = ColumnFilter { rows: self.corpus.rows(), cap };
         if self.gpu.filtered_budget(filter).is_none() {
             return Ok(None);
         }
         let exclude = vec![NONE; queries.rows()];
-        let sides = Sides::Filtered { filter, bounds };
+        let sides = Sides::Filtered { filter, bounds, query_bounds };
         let (cands, lists) = self.candidates_of(queries, false, &exclude, kc, None, &|_| {}, sides)?;
         Ok(Some((cands, lists.expect("a filtered search reads its column lists back"))))
     }
@@ -154,15 +159,21 @@ impl CorpusSession<'_> {
     }
 
     /// The tiles of a round of `nq` queries: the sweep that `plan::choose_sweep` picks, or
-    /// those of a two-sided block.
+    /// those of a two-sided block, or a filtered search's (whose query rows start with their
+    /// bounds where every row has one and sparse tiles pay on this data).
     fn sweep_plan(&self, nq: usize, kc: usize, from_corpus: bool, ranks: bool, sides: Sides) -> Result<TilePlan> {
         let gpu = self.gpu;
         match sides {
-            Sides::Filtered { filter, .. } => {
+            Sides::Filtered { filter, query_bounds, .. } => {
                 let dev = gpu.filtered_budget(filter).ok_or_else(|| {
                     crate::error::Error::Gpu("a filtered search whose lists do not fit was swept".into())
                 })?;
-                plan::plan_tiles(nq, self.corpus.cols(), kc, self.plan, self.corpus.rows(), gpu.tile_caps, dev)
+                let bounded = query_bounds.is_some_and(|b| b.iter().all(|b| b.is_finite())) && gpu.sparse_tiles_pay();
+                let (d, n, caps) = (self.corpus.cols(), self.corpus.rows(), gpu.tile_caps);
+                match bounded {
+                    true => plan::plan_bounded_queries(nq, d, kc, self.plan, n, caps, dev),
+                    false => plan::plan_tiles(nq, d, kc, self.plan, n, caps, dev),
+                }
             }
             Sides::Whole => plan::choose_sweep(plan::SweepAsk {
                 nq,
@@ -210,17 +221,22 @@ impl CorpusSession<'_> {
         // Sparse distance tiles, where the plan takes them, while they pay on this data.
         let sparse_pays = gpu.sparse_tiles_pay();
         let checked = |t: TilePlan| TilePlan { sparse: t.sparse && sparse_pays, ..t };
-        let filter = match sides {
-            Sides::Filtered { filter, .. } => Some(filter),
-            _ => None,
+        let (filter, query_bounds) = match sides {
+            Sides::Filtered { filter, query_bounds, .. } => (Some(filter), query_bounds),
+            _ => (None, None),
         };
         let dev = match filter {
             Some(f) => gpu.filtered_budget(f).unwrap_or(gpu.budget()),
             None => gpu.budget(),
         };
-        let plan_with =
-            |caps: plan::TileCaps| plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), caps, dev).map(checked);
         let tiles = checked(self.sweep_plan(nq, kc, from_corpus, certify.is_some(), sides)?);
+        let plan_with = |caps: plan::TileCaps| {
+            let n = self.corpus.rows();
+            match tiles.queries_bounded {
+                true => plan::plan_bounded_queries(nq, d, kc, self.plan, n, caps, dev),
+                false => plan::plan_tiles(nq, d, kc, self.plan, n, caps, dev).map(checked),
+            }
+        };
         debug_assert!(!matches!(sides, Sides::Two { .. }) || tiles.symmetric, "a two-sided block is a symmetric sweep");
         // The one-invocation kernel of rows under GROUPED_ROWS sums its own norms.
         if gpu_exact && self.metric == Metric::Cosine && gpu.kernels.refine.is_some() && d >= GROUPED_ROWS {
@@ -367,10 +383,10 @@ impl CorpusSession<'_> {
         if tiles.symmetric {
             // Every row's list takes keys from later tiles too: all tiles are swept before
             // any is finished.
-            self.reset_rows(&buffers, exclude)?;
+            self.reset_rows(&buffers, exclude, None, kc)?;
             for tile in &query_tiles {
                 check_interrupt(&gpu.interrupt)?;
-                self.sweep(queries, *tile, &[], kc, tiles, &buffers, None)?;
+                self.sweep(queries, *tile, &[], None, kc, tiles, &buffers, None)?;
                 // No row is final before the last tile, but the sweep is most of the work
                 // (tile I costs in proportion to its last row): progress counts it as 90%.
                 let swept = (tile.q0 + tile.rows) as f64 / nq as f64;
@@ -385,7 +401,7 @@ impl CorpusSession<'_> {
         }
         if tiles.bounded.is_some() {
             // Every row's bound and empty list before the first tile appends to later rows.
-            self.reset_rows(&buffers, exclude)?;
+            self.reset_rows(&buffers, exclude, None, kc)?;
             self.sample_bounds(tiles, &buffers)?;
         }
         // What finishing a tile reports: its last row, or in a symmetric sweep the rest.
@@ -479,7 +495,11 @@ impl CorpusSession<'_> {
                     let publish = unpublished.map(|&(before, _, _)| &buffers.staging[before % slots]);
                     let index = match tiles.bounded {
                         Some(_) => self.sweep_bounded(tile, kc, tiles, &buffers, publish)?,
-                        None => self.sweep(queries, tile, &exclude[q0..q0 + rows], kc, tiles, &buffers, publish)?,
+                        None => {
+                            let exclude = &exclude[q0..q0 + rows];
+                            let bounds = query_bounds.filter(|_| tiles.queries_bounded).map(|b| &b[q0..q0 + rows]);
+                            self.sweep(queries, tile, exclude, bounds, kc, tiles, &buffers, publish)?
+                        }
                     };
                     if let Some((before, _, mapping @ None)) = unread.back_mut() {
                         *mapping = Some(Mapping::request(&buffers.staging[*before % slots], Some(index)));

@@ -21,12 +21,21 @@ const MAX_KEPT_TILE_SORTS: usize = 8;
 
 impl CorpusSession<'_> {
     /// Starts the per-row state (of a query tile, or of every row in a symmetric sweep):
-    /// each row's exclusion and no bound yet, no flags, empty shortlists.
-    pub(super) fn reset_rows(&self, b: &TileBuffers, exclude: &[u32]) -> Result<()> {
+    /// each row's exclusion and no bound yet, no flags, empty shortlists. Rows given `bounds`
+    /// (a plan of [`TilePlan::queries_bounded`]) start with them and with empty running
+    /// lists of `kc` pairs.
+    pub(super) fn reset_rows(&self, b: &TileBuffers, exclude: &[u32], bounds: Option<&[f32]>, kc: usize) -> Result<()> {
         let gpu = self.gpu;
         let started = std::time::Instant::now();
-        let row_state: Vec<[u32; 2]> = exclude.iter().map(|&e| [e, f32::INFINITY.to_bits()]).collect();
+        let row_state: Vec<[u32; 2]> = match bounds {
+            Some(bounds) => exclude.iter().zip(bounds).map(|(&e, bound)| [e, bound.to_bits()]).collect(),
+            None => exclude.iter().map(|&e| [e, f32::INFINITY.to_bits()]).collect(),
+        };
         gpu.ctx.queue.write_buffer(&b.row_state, 0, bytemuck::cast_slice(&row_state));
+        if bounds.is_some() {
+            let empty = vec![[f32::INFINITY.to_bits(), NONE]; exclude.len() * kc];
+            gpu.ctx.queue.write_buffer(&b.candidates, 0, bytemuck::cast_slice(&empty));
+        }
         let mut encoder = gpu.ctx.device.create_command_encoder(&Default::default());
         encoder.clear_buffer(&b.failed, 0, None);
         // A filtered search's corpus rows keep their lists from tile to tile.
@@ -74,13 +83,15 @@ impl CorpusSession<'_> {
     /// tile's rows' exclusions, when its per-row state is set here (not in a symmetric
     /// sweep, which sets every row's at once). `publish`: the read-back buffer into which its
     /// first distance dispatch copies the ranked answers of the query tile before
-    /// (`distance_publish.wgsl`). Returns the submission that does so.
+    /// (`distance_publish.wgsl`). Returns the submission that does so. `bounds`: the tile's
+    /// rows' starting bounds, in a plan of [`TilePlan::queries_bounded`].
     #[allow(clippy::too_many_arguments)]
     pub(super) fn sweep(
         &self,
         queries: MatrixRef<'_>,
         tile: QueryTile,
         exclude: &[u32],
+        bounds: Option<&[f32]>,
         kc: usize,
         tiles: TilePlan,
         b: &TileBuffers,
@@ -102,7 +113,8 @@ impl CorpusSession<'_> {
                 );
                 gpu.add_transfer_time(started);
             }
-            self.reset_rows(b, exclude)?;
+            debug_assert_eq!(bounds.is_some(), tiles.queries_bounded, "bounded query rows come with their bounds");
+            self.reset_rows(b, exclude, bounds, kc)?;
         }
 
         // The query rows' shortlists are the first slots; a symmetric sweep's column rows'
@@ -141,6 +153,9 @@ impl CorpusSession<'_> {
             (0..starts.len()).map(|i| vec![i]).collect()
         };
         let mut first_tile = true;
+        // A query tile's first distance tile is dense, giving its rows their bounds, unless
+        // they start with bounds.
+        let dense_first = !tiles.queries_bounded;
         // Columns the query tile has met, which size its sparse distance tiles.
         let mut met = 0;
         let mut publishing = None;
@@ -192,7 +207,7 @@ impl CorpusSession<'_> {
             // sparse sweep, only its first tile is dense).
             let sorted_tiles: Vec<(usize, Arc<TileSorts>)> = if gpu.sort_select {
                 let tiles_here = column_tiles.iter().flatten().enumerate();
-                let dense = tiles_here.filter(|&(i, _)| !tiles.sparse || (first_tile && i == 0));
+                let dense = tiles_here.filter(|&(i, _)| !tiles.sparse || (dense_first && i == 0));
                 let mut widths: Vec<usize> = dense.map(|(_, &(_, cols))| cols).collect();
                 widths.sort_unstable();
                 widths.dedup();
@@ -221,10 +236,12 @@ impl CorpusSession<'_> {
             for ((chunk, dbind), cts) in chunks.iter().zip(&distance_binds).zip(&column_tiles) {
                 for &(c0, cols) in cts {
                     let col_base = (chunk.first + c0) as u32;
-                    // From the second tile on, rows have a bound and keys under it go to
-                    // their shortlists; a sparse tile keeps nothing else.
-                    let shortlist_cap = if first_tile { 0 } else { cap as u32 };
-                    let sparse = tiles.sparse && !first_tile;
+                    // From the second tile on (or the first, for rows that start with a
+                    // bound), rows have a bound and keys under it go to their shortlists; a
+                    // sparse tile keeps nothing else.
+                    let dense_tile = first_tile && dense_first;
+                    let shortlist_cap = if dense_tile { 0 } else { cap as u32 };
+                    let sparse = tiles.sparse && !dense_tile;
                     let sorts = sorted_tiles.iter().find(|(width, _)| *width == cols).map(|(_, sorts)| sorts);
                     // A sorted dense tile gives its column side from its own sort.
                     let sorted_columns = !sparse
@@ -279,7 +296,7 @@ impl CorpusSession<'_> {
                     };
                     // The tile's kc best: straight into the running lists for the first tile,
                     // else into the tile region; a sparse tile has only its shortlists.
-                    let out_offset = if first_tile { 0 } else { tile_region };
+                    let out_offset = if dense_tile { 0 } else { tile_region };
                     match (sparse, sorts, &sort_select_bind) {
                         (true, _, _) => {}
                         (false, Some(sorts), Some(bind)) => {
@@ -334,7 +351,7 @@ impl CorpusSession<'_> {
                     // Merge: the kc best of the running list and the tile's list, or of a
                     // sparse tile's shortlist (an overflowed one marks its row incomplete).
                     let merge = SelectParams { len: 2 * kc as u32, in_stride: tile_region, ..select };
-                    if !first_tile {
+                    if !dense_tile {
                         let ((mx, my), per_group) = merge_groups(rows);
                         let in_stride = if sparse { NONE } else { tile_region };
                         let offset =
