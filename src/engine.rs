@@ -8,7 +8,6 @@ use crate::gpu::GpuEngine;
 use crate::metric::Metric;
 use crate::plan::ALIGN_ROWS;
 use crate::refine::{Candidates, NONE};
-use rayon::prelude::*;
 
 /// One backend: the host's cores, or one GPU device.
 pub(crate) enum Engine {
@@ -166,7 +165,7 @@ impl Engine {
                 // The rows of j list theirs without float64 keys, which the merged lists
                 // of every row they meet then lack: those of i are not computed either.
                 let mut session = g.open_without_exact(j, shift, metric)?;
-                session.filtered_candidates(i, Some(bounds.i), bounds.j, cap, kc.min(j.rows()))
+                session.filtered_candidates(i, Some(bounds.i), bounds.j, cap, kc.min(j.rows()), kc.min(i.rows()))
             })?;
             crate::trace::mark(|| "pair: searched one way".into());
             if let Some((mut of_i, lists)) = found {
@@ -175,7 +174,7 @@ impl Engine {
                 let kc_i = of_i.kc;
                 self.search_again(&overflowed, i, j, kc_i, &mut of_i.keys, &mut of_i.ids, shift, metric)?;
                 of_i.incomplete.iter_mut().for_each(|incomplete| *incomplete = false);
-                let of_j = self.column_candidates(i, j, lists, kc.min(i.rows()), shift, metric)?;
+                let of_j = self.column_candidates(i, j, lists, shift, metric)?;
                 crate::trace::mark(|| {
                     format!("pair: columns listed, {} rows of j searched again", of_j.failed.len() - of_j.shortlisted)
                 });
@@ -242,42 +241,19 @@ impl Engine {
     }
 
     /// The candidates of the rows of `j` among those of `i` from a filtered search's column
-    /// lists: each row's `kc` best (key, id) pairs of those under its bound; a row whose list
-    /// overflowed is searched among the rows of `i` instead.
+    /// lists: each row's best pairs of those under its bound; a row whose list overflowed is
+    /// searched among the rows of `i` instead.
     fn column_candidates(
         &self,
         i: MatrixRef<'_>,
         j: MatrixRef<'_>,
         lists: crate::gpu::ColumnLists,
-        kc: usize,
         shift: &[f32],
         metric: Metric,
     ) -> Result<Candidates> {
-        let rows = j.rows();
-        let mut keys = vec![f32::INFINITY; rows * kc];
-        let mut ids = vec![NONE; rows * kc];
-        let cap = lists.cap;
-        keys.par_chunks_mut(kc).zip(ids.par_chunks_mut(kc)).enumerate().for_each(|(r, (keys, ids))| {
-            let count = lists.counts[r] as usize;
-            if count > cap {
-                return;
-            }
-            let listed = &lists.pairs[r * cap..r * cap + count];
-            let mut take = |pairs: &mut dyn Iterator<Item = (f32, u32)>| {
-                for (slot, (key, id)) in pairs.enumerate() {
-                    (keys[slot], ids[slot]) = (key, id);
-                }
-            };
-            // Candidates go in no particular order: only a list longer than kc is sorted.
-            if count <= kc {
-                take(&mut listed.iter().map(|&[key, id]| (f32::from_bits(key), id)));
-            } else {
-                let mut pairs: Vec<(f32, u32)> = listed.iter().map(|&[key, id]| (f32::from_bits(key), id)).collect();
-                pairs.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                take(&mut pairs.into_iter().take(kc));
-            }
-        });
-        let overflowed: Vec<usize> = (0..rows).filter(|&r| lists.counts[r] as usize > cap).collect();
+        let (rows, kc) = (j.rows(), lists.kc);
+        let overflowed: Vec<usize> = (0..rows).filter(|&r| lists.overflowed(r)).collect();
+        let (mut keys, mut ids) = (lists.keys, lists.ids);
         self.search_again(&overflowed, j, i, kc, &mut keys, &mut ids, shift, metric)?;
         Ok(Candidates {
             kc,

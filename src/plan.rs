@@ -233,7 +233,7 @@ fn plan_tiles_within(
     let column_tile = corpus.chunk_rows.min(caps.column);
     let dist_stride = column_tile.next_multiple_of(4);
     let scratch_stride = column_tile.max(2 * kc);
-    let fit = QueryRowFit { nq, d, kc, corpus, n, caps, dev, dist_stride, scratch_stride };
+    let fit = QueryRowFit { nq, d, kc, corpus, n, caps, dev, dist_stride, scratch_stride, empty_lists: false };
     // A merge holds the running list and the shortlist in the auxiliary arrays. Shortlists
     // are an optimisation: for long lists, or under a budget so tight that they would halve
     // the query tile, every tile is selected densely instead.
@@ -283,7 +283,7 @@ pub(crate) fn plan_bounded_queries(
     // No kernel stores a sparse tile's keys; the distance and select kernels still bind it.
     let dist_stride = 4;
     let scratch_stride = kc + shortlist_cap;
-    let fit = QueryRowFit { nq, d, kc, corpus, n, caps, dev, dist_stride, scratch_stride };
+    let fit = QueryRowFit { nq, d, kc, corpus, n, caps, dev, dist_stride, scratch_stride, empty_lists: true };
     let (query_rows, read_backs) = fit.with_read_backs(fit.rows(shortlist_cap, 1), shortlist_cap)?;
     Ok(TilePlan {
         query_rows,
@@ -311,12 +311,16 @@ struct QueryRowFit {
     dev: DeviceBudget,
     dist_stride: usize,
     scratch_stride: usize,
+    /// Running lists of no candidates kept to start each query tile's from.
+    empty_lists: bool,
 }
 
 impl QueryRowFit {
     fn per_query_row(&self, shortlist_cap: usize, read_backs: usize) -> u64 {
         let row = prepared_row_bytes(self.d);
+        let empty_list = if self.empty_lists { 8 * self.kc as u64 } else { 0 };
         query_row_bytes(self.dist_stride, self.scratch_stride, self.kc, shortlist_cap, read_backs, row, false)
+            + empty_list
     }
 
     fn rows(&self, shortlist_cap: usize, read_backs: usize) -> usize {
@@ -811,7 +815,9 @@ mod tests {
         assert_eq!((bounded.column_tile, bounded.scratch_stride), (65536, 32 + bounded.shortlist_cap));
         assert!(bounded.query_rows >= 3 * plain.query_rows, "{bounded:?} against {plain:?}");
         let row = prepared_row_bytes(128);
-        let per_row = query_row_bytes(bounded.dist_stride, bounded.scratch_stride, 32, 128, bounded.read_backs, row, false);
+        let per_row =
+            query_row_bytes(bounded.dist_stride, bounded.scratch_stride, 32, 128, bounded.read_backs, row, false)
+                + 8 * 32;
         assert!(65536 * row + bounded.query_rows as u64 * per_row <= dev.budget);
         // Lists too long for shortlists take the plain plan.
         let long = plan_bounded_queries(4096, 128, 512, corpus, 65536, TileCaps::default(), dev).unwrap();

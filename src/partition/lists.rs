@@ -30,9 +30,7 @@ impl Part {
     pub fn from_candidates(first: usize, cands: Candidates, id_offset: usize) -> Self {
         let rows = cands.failed.len();
         let mut ids = cands.ids;
-        for id in ids.iter_mut().filter(|id| **id != NONE) {
-            *id += id_offset as u32;
-        }
+        ids.par_iter_mut().filter(|id| **id != NONE).for_each(|id| *id += id_offset as u32);
         let flags = (0..rows)
             .map(|r| {
                 u8::from(cands.failed[r]) * FAILED
@@ -151,11 +149,12 @@ impl RowLists {
         let empty = vec![f64::INFINITY; kc];
         let exact_row = |r: usize| part.exact.as_ref().map_or(&empty[..], |e| &e[r * kc..(r + 1) * kc]);
         if let Some(slots) = &part.slots {
+            let mut scratch = MergeScratch::default();
             for (r, &slot) in slots.iter().enumerate() {
                 let (at, from) = (slot as usize * kc..(slot as usize + 1) * kc, r * kc..(r + 1) * kc);
                 let exact = self.exact.as_mut().map(|e| &mut e[at.clone()]);
                 let row = Row { keys: &mut self.keys[at.clone()], ids: &mut self.ids[at], exact };
-                merge_row(row, &part.keys[from.clone()], &part.ids[from], exact_row(r));
+                merge_row(row, &part.keys[from.clone()], &part.ids[from], exact_row(r), &mut scratch);
                 self.flags[slot as usize] |= part.flags[r];
             }
             return;
@@ -170,9 +169,10 @@ impl RowLists {
             .zip(self.ids[span].par_chunks_mut(kc))
             .zip(exact_rows.par_iter_mut())
             .enumerate()
-            .for_each(|(r, ((keys, ids), exact))| {
+            .for_each_init(MergeScratch::default, |scratch, (r, ((keys, ids), exact))| {
                 let row = Row { keys, ids, exact: exact.as_deref_mut() };
-                merge_row(row, &part.keys[r * kc..(r + 1) * kc], &part.ids[r * kc..(r + 1) * kc], exact_row(r));
+                let (new_keys, new_ids) = (&part.keys[r * kc..(r + 1) * kc], &part.ids[r * kc..(r + 1) * kc]);
+                merge_row(row, new_keys, new_ids, exact_row(r), scratch);
             });
         for (flag, new) in self.flags[part.first..part.first + part.rows].iter_mut().zip(&part.flags) {
             *flag |= new;
@@ -224,18 +224,31 @@ struct Row<'a> {
     exact: Option<&'a mut [f64]>,
 }
 
-fn merge_row(row: Row<'_>, new_keys: &[f32], new_ids: &[u32], new_exact: &[f64]) {
-    type Entry = (f32, u32, f64);
+/// A candidate in a merge: key, id, float64 key (+inf where not known).
+type Entry = (f32, u32, f64);
+
+/// A merging thread's lists of a row, kept from row to row.
+#[derive(Default)]
+struct MergeScratch {
+    old: Vec<Entry>,
+    new: Vec<Entry>,
+}
+
+/// Merges candidates in any order into a row's list, sorted by key then id: its `kc` best.
+fn merge_row(row: Row<'_>, new_keys: &[f32], new_ids: &[u32], new_exact: &[f64], scratch: &mut MergeScratch) {
     let by_key_then_id = |a: &Entry, b: &Entry| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
-    let mut new: Vec<Entry> =
-        (0..new_ids.len()).filter(|&s| new_ids[s] != NONE).map(|s| (new_keys[s], new_ids[s], new_exact[s])).collect();
+    let MergeScratch { old, new } = scratch;
+    new.clear();
+    new.extend((0..new_ids.len()).filter(|&s| new_ids[s] != NONE).map(|s| (new_keys[s], new_ids[s], new_exact[s])));
     new.sort_unstable_by(by_key_then_id);
     let Row { keys, ids, mut exact } = row;
-    let old: Vec<Entry> = (0..ids.len())
-        .take_while(|&s| ids[s] != NONE)
-        .map(|s| (keys[s], ids[s], exact.as_ref().map_or(f64::INFINITY, |e| e[s])))
-        .collect();
-    let (mut a, mut b) = (old.into_iter().peekable(), new.into_iter().peekable());
+    old.clear();
+    old.extend(
+        (0..ids.len())
+            .take_while(|&s| ids[s] != NONE)
+            .map(|s| (keys[s], ids[s], exact.as_ref().map_or(f64::INFINITY, |e| e[s]))),
+    );
+    let (mut a, mut b) = (old.iter().copied().peekable(), new.iter().copied().peekable());
     for slot in 0..keys.len() {
         let next = match (a.peek(), b.peek()) {
             (Some(x), Some(y)) => {

@@ -87,16 +87,26 @@ enum Sides<'b> {
     /// A plain sweep whose corpus rows also keep the keys under their `bounds`
     /// ([`CorpusSession::filtered_candidates`]); the query rows start with `query_bounds`
     /// where given.
-    Filtered { filter: ColumnFilter, bounds: &'b [f32], query_bounds: Option<&'b [f32]> },
+    Filtered { filter: ColumnFilter, bounds: &'b [f32], query_bounds: Option<&'b [f32]>, column_kc: usize },
 }
 
 /// What a filtered search found for its corpus rows: per row, how many keys fell under its
-/// bound, and the first `cap` of them as (key bits, query row); a row whose count passes
-/// `cap` lost the rest.
+/// bound (its list held `cap`), and the `kc` best of them, keys and query rows, in no
+/// particular order, padded with +inf and `NONE`. A row whose count passes `cap` lost keys:
+/// its list here is empty.
 pub(crate) struct ColumnLists {
     pub cap: usize,
+    pub kc: usize,
     pub counts: Vec<u32>,
-    pub pairs: Vec<[u32; 2]>,
+    pub keys: Vec<f32>,
+    pub ids: Vec<u32>,
+}
+
+impl ColumnLists {
+    /// Whether row `r`'s keys under its bound overflowed its list.
+    pub fn overflowed(&self, r: usize) -> bool {
+        self.counts[r] as usize > self.cap
+    }
 }
 
 impl CorpusSession<'_> {
@@ -117,8 +127,8 @@ impl CorpusSession<'_> {
 
     /// The kc best fp32 candidates of each row of `queries` (none of them corpus rows) among
     /// the corpus rows, and for each corpus row the keys of query rows below its bound
-    /// (`bounds`, one a corpus row): a pair of blocks of a graph searched one way, each key
-    /// computed once for both its rows. `query_bounds`, where given, bound the queries'
+    /// (`bounds`, one a corpus row), the `column_kc` best of each: a pair of blocks of a
+    /// graph searched one way, each key computed once for both its rows. `query_bounds`, where given, bound the queries'
     /// lists in the same way: each lists only its candidates under its bound (rows whose
     /// keys under it overflow a shortlist come back incomplete). `None` where the corpus rows'
     /// lists of `cap` pairs do not fit the device beside the search.
@@ -129,6 +139,7 @@ impl CorpusSession<'_> {
         bounds: &[f32],
         cap: usize,
         kc: usize,
+        column_kc: usize,
     ) -> Result<Option<(Candidates, ColumnLists)>> {
         debug_assert_eq!(bounds.len(), self.corpus.rows());
         debug_assert!(query_bounds.is_none_or(|b| b.len() == queries.rows()));
@@ -137,7 +148,7 @@ impl CorpusSession<'_> {
             return Ok(None);
         }
         let exclude = vec![NONE; queries.rows()];
-        let sides = Sides::Filtered { filter, bounds, query_bounds };
+        let sides = Sides::Filtered { filter, bounds, query_bounds, column_kc };
         let (cands, lists) = self.candidates_of(queries, false, &exclude, kc, None, &|_| {}, sides)?;
         Ok(Some((cands, lists.expect("a filtered search reads its column lists back"))))
     }
@@ -530,9 +541,9 @@ impl CorpusSession<'_> {
             Ok(shortlisted)
         })?;
         out.shortlisted = shortlisted;
-        let column_lists = match filter {
-            Some(_) => Some(self.read_column_lists(&buffers)?),
-            None => None,
+        let column_lists = match sides {
+            Sides::Filtered { column_kc, .. } => Some(self.read_column_lists(&buffers, column_kc)?),
+            _ => None,
         };
         if tiles.sparse {
             gpu.record_sparse(nq, out.incomplete.iter().filter(|&&i| i).count());
@@ -554,31 +565,63 @@ impl CorpusSession<'_> {
         Ok(())
     }
 
-    /// The corpus rows' lists of a filtered search, once every tile has run.
-    fn read_column_lists(&self, b: &TileBuffers) -> Result<ColumnLists> {
+    /// The corpus rows' lists of a filtered search, once every tile has run: their counts and
+    /// pairs in one copy and one mapping, each list's `kc` best taken out of mapped memory.
+    fn read_column_lists(&self, b: &TileBuffers, kc: usize) -> Result<ColumnLists> {
         let (filter, first_list) = b.filter.expect("a filtered search's buffers have its lists");
         let gpu = self.gpu;
-        let counts: Vec<u32> =
-            super::transfer::read_back_at(gpu, &b.shortlist_len, (first_list * 4) as u64, filter.rows * 4)?;
-        // Each list's pairs in use, copied out of mapped memory by several threads: a list
-        // holds about kc of its 2 kc, and one thread reads mapped memory at a fraction of the
-        // bus's speed.
-        let cap = filter.cap;
-        let bytes = (filter.rows * cap * 8) as u64;
-        let staging = gpu.buffer("column lists", bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)?;
+        let (rows, cap) = (filter.rows, filter.cap);
+        // Pairs start at a multiple of 8 bytes, after the counts.
+        let counts_bytes = (rows * 4).next_multiple_of(8) as u64;
+        let pairs_bytes = (rows * cap * 8) as u64;
+        let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+        let mut kept = b.column_staging.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.as_ref().is_none_or(|s| s.size() < counts_bytes + pairs_bytes) {
+            *kept = Some(gpu.buffer("column lists", counts_bytes + pairs_bytes, usage)?);
+        }
+        let staging = kept.as_ref().expect("made above");
         let mut encoder = gpu.ctx.device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(&b.shortlist, (first_list * cap * 8) as u64, &staging, 0, bytes);
+        encoder.copy_buffer_to_buffer(&b.shortlist_len, (first_list * 4) as u64, staging, 0, (rows * 4) as u64);
+        let pairs_at = (first_list * cap * 8) as u64;
+        encoder.copy_buffer_to_buffer(&b.shortlist, pairs_at, staging, counts_bytes, pairs_bytes);
         gpu.ctx.queue.submit([encoder.finish()]);
-        let mut pairs = crate::data::zeroed_answers::<[u32; 2]>(filter.rows * cap);
-        super::transfer::map_and_read(gpu, &staging, |mapped| {
+        // Fresh pages, faulted in by the threads that fill them.
+        let mut keys: Vec<f32> = crate::data::zeroed_answers(rows * kc);
+        let mut ids: Vec<u32> = crate::data::zeroed_answers(rows * kc);
+        let mut counts = Vec::new();
+        // Rows in parallel: a list holds about kc of its 2 kc pairs, and one thread reads
+        // mapped memory at a fraction of the bus's speed.
+        super::transfer::map_and_read(gpu, staging, |mapped| {
             use rayon::prelude::*;
-            let mapped: &[[u32; 2]] = bytemuck::cast_slice(mapped);
-            pairs.par_chunks_mut(cap).zip(mapped.par_chunks(cap)).zip(&counts).for_each(|((to, from), &count)| {
-                let used = (count as usize).min(cap);
-                to[..used].copy_from_slice(&from[..used]);
+            let (head, tail) = mapped.split_at(counts_bytes as usize);
+            counts = bytemuck::pod_collect_to_vec(&head[..rows * 4]);
+            let lists: &[[u32; 2]] = bytemuck::cast_slice(tail);
+            let rows_out = keys.par_chunks_mut(kc).zip(ids.par_chunks_mut(kc));
+            let rows_in = lists.par_chunks(cap).zip(&counts);
+            rows_out.zip(rows_in).for_each_init(Vec::new, |longer, ((keys, ids), (list, &count))| {
+                keys.fill(f32::INFINITY);
+                ids.fill(NONE);
+                let count = count as usize;
+                let listed: &[[u32; 2]] = match count {
+                    _ if count > cap => return,
+                    _ if count <= kc => &list[..count],
+                    _ => {
+                        // The kc best by key, then row.
+                        longer.clear();
+                        longer.extend_from_slice(&list[..count]);
+                        let order = |a: &[u32; 2], b: &[u32; 2]| {
+                            f32::from_bits(a[0]).total_cmp(&f32::from_bits(b[0])).then(a[1].cmp(&b[1]))
+                        };
+                        longer.select_nth_unstable_by(kc - 1, order);
+                        &longer[..kc]
+                    }
+                };
+                for (slot, &[key, id]) in listed.iter().enumerate() {
+                    (keys[slot], ids[slot]) = (f32::from_bits(key), id);
+                }
             });
         })?;
-        Ok(ColumnLists { cap, counts, pairs })
+        Ok(ColumnLists { cap, kc, counts, keys, ids })
     }
 }
 

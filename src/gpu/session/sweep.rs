@@ -32,11 +32,20 @@ impl CorpusSession<'_> {
             None => exclude.iter().map(|&e| [e, f32::INFINITY.to_bits()]).collect(),
         };
         gpu.ctx.queue.write_buffer(&b.row_state, 0, bytemuck::cast_slice(&row_state));
-        if bounds.is_some() {
-            let empty = vec![[f32::INFINITY.to_bits(), NONE]; exclude.len() * kc];
-            gpu.ctx.queue.write_buffer(&b.candidates, 0, bytemuck::cast_slice(&empty));
-        }
         let mut encoder = gpu.ctx.device.create_command_encoder(&Default::default());
+        if bounds.is_some() {
+            let bytes = (exclude.len() * kc * 8) as u64;
+            let mut empty = b.empty_lists.lock().unwrap_or_else(|e| e.into_inner());
+            if empty.as_ref().is_none_or(|e| e.size() < bytes) {
+                let lists = vec![[f32::INFINITY.to_bits(), NONE]; exclude.len() * kc];
+                let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+                let buffer = gpu.buffer("empty lists", bytes, usage)?;
+                gpu.write(&buffer, "empty lists", bytemuck::cast_slice(&lists))?;
+                *empty = Some(buffer);
+            }
+            let empty = empty.as_ref().expect("made above");
+            encoder.copy_buffer_to_buffer(empty, 0, &b.candidates, 0, bytes);
+        }
         encoder.clear_buffer(&b.failed, 0, None);
         // A filtered search's corpus rows keep their lists from tile to tile.
         let slots = b.filter.map(|(_, first_list)| (first_list * 4) as u64);
@@ -106,11 +115,8 @@ impl CorpusSession<'_> {
         if !symmetric {
             if !from_corpus {
                 let started = std::time::Instant::now();
-                gpu.ctx.queue.write_buffer(
-                    &b.raw_queries,
-                    0,
-                    bytemuck::cast_slice(&queries.as_slice()[q0 * d..(q0 + rows) * d]),
-                );
+                let tile = &queries.as_slice()[q0 * d..(q0 + rows) * d];
+                gpu.write(&b.raw_queries, "queries", bytemuck::cast_slice(tile))?;
                 gpu.add_transfer_time(started);
             }
             debug_assert_eq!(bounds.is_some(), tiles.queries_bounded, "bounded query rows come with their bounds");

@@ -150,6 +150,12 @@ pub(in crate::gpu) struct TileBuffers {
     /// The batch index sort selector's sorts of a tile, by its (rows, columns), planned in
     /// `aux` on first use and kept while these buffers are (`CorpusSession::tile_sorts`).
     pub(super) tile_sorts: std::sync::Mutex<Vec<KeptTileSorts>>,
+    /// A query tile's running lists of no candidates, copied before a tile whose rows start
+    /// with bounds (`CorpusSession::reset_rows`); made on first use.
+    pub(super) empty_lists: std::sync::Mutex<Option<wgpu::Buffer>>,
+    /// The read-back of a filtered search's column lists (`CorpusSession::read_column_lists`);
+    /// made on first use.
+    pub(super) column_staging: std::sync::Mutex<Option<wgpu::Buffer>>,
 }
 
 /// A tile's shape and its sorts.
@@ -395,6 +401,8 @@ impl TileBuffers {
             shared_keys: key.shares_mutual_keys(),
             sizes,
             tile_sorts: Default::default(),
+            empty_lists: Default::default(),
+            column_staging: Default::default(),
         })
     }
 }
