@@ -239,16 +239,32 @@ impl AnswerMemory {
     }
 }
 
-/// `len` zeros in memory fresh from the system, for the large arrays that answers are written
-/// into. On Linux the kernel is asked to back them with 2 MiB pages (where transparent huge
-/// pages are on or `madvise`): writing a large k's answers touches every page first, and
-/// with 4 KiB pages those faults cost the host more than the copies themselves
-/// (notes/exactness.md, "Answer arrays on 2 MiB pages").
-pub(crate) fn zeroed_answers<T: bytemuck::Zeroable>(len: usize) -> Vec<T> {
+/// `len` zeros, for the large arrays that answers are written into. Past
+/// [`FRESH_ZEROED_BYTES`], memory fresh from the system, which on Linux the kernel is asked
+/// to back with 2 MiB pages (where transparent huge pages are on or `madvise`): writing a
+/// large k's answers touches every page first, and with 4 KiB pages those faults cost the
+/// host more than the copies themselves (notes/exactness.md, "Answer arrays on 2 MiB pages").
+/// Smaller arrays may come from memory the allocator reuses, which it would zero on this one
+/// thread: every core zeroes them instead.
+pub(crate) fn zeroed_answers<T: bytemuck::Zeroable + Send>(len: usize) -> Vec<T> {
+    let bytes = len.saturating_mul(std::mem::size_of::<T>());
+    if (PARALLEL_ZEROED_BYTES..FRESH_ZEROED_BYTES).contains(&bytes) {
+        use rayon::prelude::*;
+        let mut answers = Vec::with_capacity(len);
+        (0..len).into_par_iter().map(|_| T::zeroed()).collect_into_vec(&mut answers);
+        return answers;
+    }
     let answers = bytemuck::zeroed_vec(len);
     advise_huge_pages(&answers);
     answers
 }
+
+/// Allocations at least this large always come fresh from the system (glibc's largest
+/// threshold for mapping them apart; below it, the threshold follows the sizes freed).
+const FRESH_ZEROED_BYTES: usize = 32 << 20;
+
+/// Arrays zeroed by every core rather than by the allocator's memset.
+const PARALLEL_ZEROED_BYTES: usize = 1 << 20;
 
 /// `len` zeros in memory fresh from the system, untouched (its pages are faulted in by
 /// whoever writes them first, on any thread), or `None` where the system has not that much.
