@@ -255,22 +255,7 @@ impl Engine {
         let overflowed: Vec<usize> = (0..rows).filter(|&r| lists.overflowed(r)).collect();
         let (mut keys, mut ids) = (lists.keys, lists.ids);
         self.search_again(&overflowed, j, i, kc, &mut keys, &mut ids, shift, metric)?;
-        Ok(Candidates {
-            kc,
-            keys,
-            ids,
-            failed: vec![false; rows],
-            incomplete: Vec::new(),
-            shortlisted: rows - overflowed.len(),
-            buffers_allocated: false,
-            symmetric: false,
-            bounded: false,
-            sparse: false,
-            shared_keys: false,
-            published: 0,
-            exact: None,
-            ranked: None,
-        })
+        Ok(Candidates { shortlisted: rows - overflowed.len(), ..Candidates::from_lists(kc, keys, ids, None) })
     }
 }
 

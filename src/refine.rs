@@ -56,6 +56,30 @@ pub(crate) struct Candidates {
     pub ranked: Option<BackendRanked>,
 }
 
+impl Candidates {
+    /// Lists of `kc` candidates a row made on the host (the CPU backend, merged blocks, a
+    /// pair's column lists): no row failed or incomplete, nothing from a GPU sweep.
+    pub fn from_lists(kc: usize, keys: Vec<f32>, ids: Vec<u32>, exact: Option<Vec<f64>>) -> Self {
+        let rows = ids.len().checked_div(kc).unwrap_or(0);
+        Candidates {
+            kc,
+            keys,
+            ids,
+            failed: vec![false; rows],
+            incomplete: Vec::new(),
+            shortlisted: 0,
+            buffers_allocated: false,
+            symmetric: false,
+            bounded: false,
+            sparse: false,
+            shared_keys: false,
+            published: 0,
+            exact,
+            ranked: None,
+        }
+    }
+}
+
 /// Answers ranked and certified on the backend: the decision of [`refine`] for every row,
 /// already in the output's form (rows of `k`, as [`write_row`] leaves them).
 #[derive(Debug)]

@@ -326,25 +326,9 @@ fn spans(rows: std::ops::Range<usize>) -> Vec<(usize, usize)> {
     rows.clone().step_by(SYMMETRIC_BLOCK).map(|r0| (r0, SYMMETRIC_BLOCK.min(rows.end - r0))).collect()
 }
 
-/// Candidate lists of `nq` rows of `kc` slots, from the engine.
+/// Candidate lists of `kc` slots a row, from the engine.
 fn candidates_of(kc: usize, keys: Vec<f32>, ids: Vec<u32>, symmetric: bool) -> Candidates {
-    let nq = ids.len() / kc;
-    Candidates {
-        kc,
-        keys,
-        ids,
-        failed: vec![false; nq],
-        incomplete: Vec::new(),
-        shortlisted: 0,
-        buffers_allocated: false,
-        published: 0,
-        symmetric,
-        bounded: false,
-        sparse: false,
-        shared_keys: false,
-        exact: None,
-        ranked: None,
-    }
+    Candidates { symmetric, ..Candidates::from_lists(kc, keys, ids, None) }
 }
 
 impl CorpusSession<'_> {

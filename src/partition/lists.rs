@@ -198,22 +198,7 @@ impl RowLists {
     pub fn into_candidates(self) -> Candidates {
         let failed = self.flags.iter().map(|f| f & FAILED != 0).collect();
         let incomplete = self.flags.iter().map(|f| f & INCOMPLETE != 0).collect();
-        Candidates {
-            kc: self.kc,
-            keys: self.keys,
-            ids: self.ids,
-            failed,
-            incomplete,
-            shortlisted: 0,
-            buffers_allocated: false,
-            symmetric: false,
-            bounded: false,
-            sparse: false,
-            shared_keys: false,
-            published: 0,
-            exact: self.exact,
-            ranked: None,
-        }
+        Candidates { failed, incomplete, ..Candidates::from_lists(self.kc, self.keys, self.ids, self.exact) }
     }
 }
 

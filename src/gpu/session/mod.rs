@@ -170,21 +170,21 @@ impl CorpusSession<'_> {
     }
 
     /// The tiles of a round of `nq` queries: the sweep that `plan::choose_sweep` picks, or
-    /// those of a two-sided block, or a filtered search's (whose query rows start with their
-    /// bounds where every row has one and sparse tiles pay on this data).
-    fn sweep_plan(&self, nq: usize, kc: usize, from_corpus: bool, ranks: bool, sides: Sides) -> Result<TilePlan> {
+    /// those of a two-sided block, or a filtered search's ([`Self::filtered_plan`]).
+    /// `sparse_pays`: whether sparse distance tiles still pay on this engine's data.
+    fn sweep_plan(
+        &self,
+        nq: usize,
+        kc: usize,
+        from_corpus: bool,
+        ranks: bool,
+        sides: Sides,
+        sparse_pays: bool,
+    ) -> Result<TilePlan> {
         let gpu = self.gpu;
         match sides {
             Sides::Filtered { filter, query_bounds, .. } => {
-                let dev = gpu.filtered_budget(filter).ok_or_else(|| {
-                    crate::error::Error::Gpu("a filtered search whose lists do not fit was swept".into())
-                })?;
-                let bounded = query_bounds.is_some_and(|b| b.iter().all(|b| b.is_finite())) && gpu.sparse_tiles_pay();
-                let (d, n, caps) = (self.corpus.cols(), self.corpus.rows(), gpu.tile_caps);
-                match bounded {
-                    true => plan::plan_bounded_queries(nq, d, kc, self.plan, n, caps, dev),
-                    false => plan::plan_tiles(nq, d, kc, self.plan, n, caps, dev),
-                }
+                self.filtered_plan(nq, kc, filter, query_bounds, sparse_pays, gpu.tile_caps)
             }
             Sides::Whole => plan::choose_sweep(plan::SweepAsk {
                 nq,
@@ -204,6 +204,29 @@ impl CorpusSession<'_> {
             Sides::Two { split } => gpu
                 .two_sided_tiles(nq, split, self.corpus.cols(), kc)
                 .ok_or_else(|| crate::error::Error::Gpu("a two-sided block that does not fit was swept".into())),
+        }
+    }
+
+    /// The tiles of a filtered search within `caps`, in the budget its column lists leave:
+    /// its query rows start with their bounds where every row has one and sparse tiles pay.
+    fn filtered_plan(
+        &self,
+        nq: usize,
+        kc: usize,
+        filter: ColumnFilter,
+        query_bounds: Option<&[f32]>,
+        sparse_pays: bool,
+        caps: plan::TileCaps,
+    ) -> Result<TilePlan> {
+        let dev = self
+            .gpu
+            .filtered_budget(filter)
+            .ok_or_else(|| crate::error::Error::Gpu("a filtered search whose lists do not fit was swept".into()))?;
+        let (d, n) = (self.corpus.cols(), self.corpus.rows());
+        match query_bounds.is_some_and(|b| b.iter().all(|b| b.is_finite())) && sparse_pays {
+            true => plan::plan_bounded_queries(nq, d, kc, self.plan, n, caps, dev),
+            false => plan::plan_tiles(nq, d, kc, self.plan, n, caps, dev)
+                .map(|t| TilePlan { sparse: t.sparse && sparse_pays, ..t }),
         }
     }
 
@@ -236,18 +259,7 @@ impl CorpusSession<'_> {
             Sides::Filtered { filter, query_bounds, .. } => (Some(filter), query_bounds),
             _ => (None, None),
         };
-        let dev = match filter {
-            Some(f) => gpu.filtered_budget(f).unwrap_or(gpu.budget()),
-            None => gpu.budget(),
-        };
-        let tiles = checked(self.sweep_plan(nq, kc, from_corpus, certify.is_some(), sides)?);
-        let plan_with = |caps: plan::TileCaps| {
-            let n = self.corpus.rows();
-            match tiles.queries_bounded {
-                true => plan::plan_bounded_queries(nq, d, kc, self.plan, n, caps, dev),
-                false => plan::plan_tiles(nq, d, kc, self.plan, n, caps, dev).map(checked),
-            }
-        };
+        let tiles = checked(self.sweep_plan(nq, kc, from_corpus, certify.is_some(), sides, sparse_pays)?);
         debug_assert!(!matches!(sides, Sides::Two { .. }) || tiles.symmetric, "a two-sided block is a symmetric sweep");
         // The one-invocation kernel of rows under GROUPED_ROWS sums its own norms.
         if gpu_exact && self.metric == Metric::Cosine && gpu.kernels.refine.is_some() && d >= GROUPED_ROWS {
@@ -281,6 +293,12 @@ impl CorpusSession<'_> {
                 sorts_columns,
                 filter,
             }
+        };
+        let plan_with = |caps: plan::TileCaps| match sides {
+            Sides::Filtered { filter, query_bounds, .. } => {
+                self.filtered_plan(nq, kc, filter, query_bounds, sparse_pays, caps)
+            }
+            _ => plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), caps, gpu.budget()).map(checked),
         };
         let mut key = key_of(tiles);
         let mut reused = true;

@@ -213,7 +213,7 @@ impl CorpusSession<'_> {
             // sparse sweep, only its first tile is dense).
             let sorted_tiles: Vec<(usize, Arc<TileSorts>)> = if gpu.sort_select {
                 let tiles_here = column_tiles.iter().flatten().enumerate();
-                let dense = tiles_here.filter(|&(i, _)| !tiles.sparse || (dense_first && i == 0));
+                let dense = tiles_here.filter(|&(i, _)| !tiles.sparse || (dense_first && first_tile && i == 0));
                 let mut widths: Vec<usize> = dense.map(|(_, &(_, cols))| cols).collect();
                 widths.sort_unstable();
                 widths.dedup();

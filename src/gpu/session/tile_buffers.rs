@@ -36,10 +36,11 @@ pub(in crate::gpu) struct ColumnFilter {
 }
 
 impl ColumnFilter {
-    /// The list index (in lists of `cap` pairs) of the first corpus row: past the `slots`
-    /// query slots of `slot_cap` pairs each.
+    /// The list index of the first corpus row, which indexes both the shortlists' lengths
+    /// (one a slot) and their pairs (in lists of `cap` pairs): past the `slots` query slots'
+    /// lengths, and past their pairs, `slot_cap` each.
     pub(super) fn first_list(&self, slots: usize, slot_cap: usize) -> usize {
-        (slots * slot_cap).div_ceil(self.cap)
+        (slots * slot_cap).div_ceil(self.cap).max(slots)
     }
 }
 
@@ -404,5 +405,21 @@ impl TileBuffers {
             empty_lists: Default::default(),
             column_staging: Default::default(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_lists_start_past_every_query_slot() {
+        // Lists longer than the query slots' shortlists: past the slots' pairs in few lists,
+        // but the lengths of all 64 slots come first.
+        let long = ColumnFilter { rows: 56, cap: 318 };
+        assert_eq!(long.first_list(64, 176), 64);
+        // Shorter lists: past the slots' pairs.
+        let short = ColumnFilter { rows: 65536, cap: 64 };
+        assert_eq!(short.first_list(8885, 128), 8885 * 2);
     }
 }
