@@ -520,8 +520,15 @@ mod tests {
         let job =
             TreeJob { corpus: data, queries: data, exclude: &exclude, k, metric: Metric::SqEuclidean, interrupt: None };
         let (mut ids, mut dists) = (vec![0u32; n * k], vec![0f32; n * k]);
-        let answers = Answers::Whole { indices: &mut ids, distances: &mut dists };
-        let run = knn_in::<2>(&job, gpu, answers, &|_| {}, width_scale).unwrap();
+        // Threads of its own: the CPU's end takes and checks batches beside the GPU, which
+        // other tests' work in the shared pool would hold up, leaving the GPU every batch.
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let run = pool
+            .install(|| {
+                let answers = Answers::Whole { indices: &mut ids, distances: &mut dists };
+                knn_in::<2>(&job, gpu, answers, &|_| {}, width_scale)
+            })
+            .unwrap();
         assert!(run.gpu_error.is_none(), "{:?}", run.gpu_error);
         let (mut tree_ids, mut tree_dists) = (vec![0u32; n * k], vec![0f32; n * k]);
         kdtree::knn(&job, Answers::Whole { indices: &mut tree_ids, distances: &mut tree_dists }, &|_| {}).unwrap();
