@@ -64,13 +64,19 @@ impl Engine {
 
     /// The most rows of a block, in whole tiles and at most `rows`, for which this engine
     /// computes a pair of such blocks two-sided on its device with `kc` candidates a row
-    /// (`None`: the CPU, which does at any size, or a device that does at none).
+    /// (`None`: the CPU, which does at any size, or a device on which no such pair fits, or
+    /// the largest that fits does not pay).
     pub fn two_sided_block_rows(&self, rows: usize, cols: usize, kc: usize) -> Option<usize> {
         let Engine::Gpu(g) = self else { return None };
         if rows == 0 || cols == 0 {
             return None;
         }
-        let fits = |tiles: usize| g.two_sided_tiles(2 * tiles * ALIGN_ROWS, tiles * ALIGN_ROWS, cols, kc).is_some();
+        let pair = |tiles: usize| (2 * tiles * ALIGN_ROWS, tiles * ALIGN_ROWS);
+        // Small pairs may not pay where larger ones do: the bisection asks only what fits.
+        let fits = |tiles: usize| {
+            let (rows, split) = pair(tiles);
+            g.two_sided_fit(rows, split, cols, kc).is_some()
+        };
         let (mut fits_tiles, mut too_many) = (kc.div_ceil(ALIGN_ROWS).max(1), rows.div_ceil(ALIGN_ROWS).max(1) + 1);
         if !fits(fits_tiles) {
             return None;
@@ -84,7 +90,20 @@ impl Engine {
                 too_many = mid;
             }
         }
+        let (pair_rows, split) = pair(fits_tiles);
+        g.two_sided_tiles(pair_rows, split, cols, kc)?;
         Some((fits_tiles * ALIGN_ROWS).min(rows))
+    }
+
+    /// Whether this engine's sweep of a whole graph of `rows x cols` data with `kc`
+    /// candidates a row computes every key twice, once for each of its rows (a GPU whose
+    /// rows' state does not fit a symmetric sweep; the CPU sweeps symmetric blocks at any
+    /// size).
+    pub fn graph_sweep_computes_keys_twice(&self, rows: usize, cols: usize, kc: usize) -> bool {
+        match self {
+            Engine::Cpu(_) => false,
+            Engine::Gpu(g) => g.graph_sweep_computes_keys_twice(rows, cols, kc),
+        }
     }
 
     /// The `kc` best fp32 candidates of each row of `queries` among the rows of `corpus`,
@@ -115,10 +134,12 @@ impl Engine {
     /// of `i` among the rows of `j` (ids rows of `j`), and of each row of `j` among those of
     /// `i` (ids rows of `i`), and how. Each key is computed once for both its rows in a
     /// two-sided block: both backends do so where both blocks have at least `kc` rows, and
-    /// the GPU where the block fits its sweep. Elsewhere, given `bounds`, the GPU searches the
+    /// the GPU where the block fits its sweep. Given `bounds`, the GPU instead searches the
     /// rows of `i` among those of `j`, listing for each row of `i` the keys under its bound
-    /// and keeping those under `j`'s bounds for `j`'s rows; otherwise the two sides are two
-    /// searches. A side listed from the keys under its bounds may list fewer than `kc`.
+    /// and keeping those under `j`'s bounds for `j`'s rows: where every row has a bound and
+    /// that pays (`GpuEngine::one_way_pairs_pay`), and where the block does not fit a
+    /// two-sided sweep. Otherwise the two sides are two searches. A side listed from the keys
+    /// under its bounds may list fewer than `kc`.
     pub fn pair_candidates(
         &self,
         i: MatrixRef<'_>,
@@ -129,7 +150,14 @@ impl Engine {
         bounds: Option<PairBounds<'_>>,
     ) -> Result<PairCandidates> {
         // Decided before the blocks are copied and a GPU session uploads them.
-        let two_sided = kc <= i.rows().min(j.rows())
+        let one_way_first = match (self, &bounds) {
+            (Engine::Gpu(g), Some(b)) => {
+                b.i.iter().chain(b.j).all(|b| b.is_finite()) && g.one_way_pairs_pay(j.rows(), kc)
+            }
+            _ => false,
+        };
+        let two_sided = !one_way_first
+            && kc <= i.rows().min(j.rows())
             && match self {
                 Engine::Cpu(_) => true,
                 Engine::Gpu(g) => g.two_sided_tiles(i.rows() + j.rows(), i.rows(), i.cols(), kc).is_some(),
@@ -395,6 +423,28 @@ mod tests {
             assert!(checked * 10 >= rows.rows() * 9, "{label}: only {checked} rows checked");
         }
         (pair.way, pair.of_j.shortlisted, pair.of_i.shortlisted)
+    }
+
+    /// The largest two-sided pair is found by what fits, although the smallest pairs, mostly
+    /// fixed costs, do not pay against two searches.
+    #[test]
+    fn two_sided_blocks_are_the_largest_that_fit_where_small_ones_do_not_pay() {
+        let options = Options { backend: Backend::Gpu, ..Options::default() };
+        let g = GpuEngine::new(&options.gpu_settings(), false)
+            .unwrap_or_else(|e| panic!("GPU test without a usable GPU adapter: {e}"));
+        let (rows, cols, kc) = (1 << 20, 128, 32);
+        let pair = |tiles: usize| (2 * tiles * ALIGN_ROWS, tiles * ALIGN_ROWS);
+        let fits = |tiles: usize| g.two_sided_fit(pair(tiles).0, pair(tiles).1, cols, kc).is_some();
+        let (smallest, _) = pair(1);
+        assert!(
+            g.two_sided_tiles(smallest, smallest / 2, cols, kc).is_none(),
+            "{}: a pair of one tile paid",
+            g.description()
+        );
+        let most = (1..=rows / ALIGN_ROWS).rev().find(|&t| fits(t)).expect("some pair fits");
+        assert!(fits(1) && most > 1);
+        let engine = Engine::Gpu(Box::new(g));
+        assert_eq!(engine.two_sided_block_rows(rows, cols, kc), Some(most * ALIGN_ROWS), "{}", engine.description());
     }
 
     #[test]

@@ -770,6 +770,7 @@ impl Knn {
         let workers = self.workers();
         workers.iter().for_each(|w| w.start_call());
         let options = &self.options;
+        let kc = partition::initial_candidates_of(k, data.rows(), options.include_self);
         let asked = strategy::Asked {
             block_rows: options.block_rows,
             checkpoint: options.checkpoint.is_some(),
@@ -783,11 +784,8 @@ impl Knn {
             answers_on_disk: options.answers_on_disk == Some(true),
             ranks: self.cluster().map_or(1, |c| c.size()),
             device_rows: self.engine.device_block_rows(data.rows(), data.cols()),
-            two_sided_rows: self.engine.two_sided_block_rows(
-                data.rows(),
-                data.cols(),
-                partition::initial_candidates_of(k, data.rows(), options.include_self),
-            ),
+            two_sided_rows: self.engine.two_sided_block_rows(data.rows(), data.cols(), kc),
+            whole_sweep_twice: self.engine.graph_sweep_computes_keys_twice(data.rows(), data.cols(), kc),
         };
         let problem = Problem { n: data.rows(), d: data.cols(), k };
         let strategy = strategy::choose(problem, workers.len(), asked);

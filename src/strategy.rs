@@ -206,6 +206,13 @@ const MIN_DEVICE_BLOCK_ROWS: usize = 4096;
 /// arithmetic, at 2^19 faster per key than the whole-data sweep).
 const MIN_TWO_SIDED_BLOCK_ROWS: usize = 1 << 17;
 
+/// Fewest rows for which one engine whose sweep of the whole graph computes every key twice
+/// takes blocks whose pairs compute each key once (the diagonal blocks swept symmetrically)
+/// instead: smaller graphs take a few seconds, where each block's fixed costs weigh more
+/// (notes/partition.md: at 2^22 rows on one GPU, 84 s in blocks of 2^20 with pairs
+/// two-sided against 134 s for the whole data).
+const MIN_KEYS_ONCE_ROWS: usize = 1 << 20;
+
 /// The graph to plan: `n` rows of `d` values, `k` neighbours a row.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Problem {
@@ -241,6 +248,9 @@ pub(crate) struct Asked {
     /// Most rows of a block for which the first engine computes a pair of blocks two-sided
     /// on its device; `None` for any number (the CPU) or none.
     pub two_sided_rows: Option<usize>,
+    /// The first engine's sweep of the whole graph would compute every key twice, once for
+    /// each of its rows (`Engine::graph_sweep_computes_keys_twice`).
+    pub whole_sweep_twice: bool,
 }
 
 /// Chooses how to compute the graph of `p` on `workers` engines.
@@ -250,7 +260,12 @@ pub(crate) fn choose(p: Problem, workers: usize, asked: Asked) -> Strategy {
     let ranks = asked.ranks.max(1);
     // Data that the device cannot rank whole is cut into blocks that it can.
     let device_rows = asked.device_rows.filter(|&r| r < p.n && r >= MIN_DEVICE_BLOCK_ROWS);
-    if asked.block_rows.is_none() && !share && !asked.checkpoint && ranks == 1 {
+    let two_sided_rows = asked.two_sided_rows.filter(|&r| r >= MIN_TWO_SIDED_BLOCK_ROWS);
+    // A whole-data sweep that computes every key twice gives way to blocks whose pairs are
+    // computed once, where the device computes pairs of blocks that large two-sided (and so
+    // one way too, given their rows' bounds).
+    let keys_once_in_blocks = asked.whole_sweep_twice && p.n >= MIN_KEYS_ONCE_ROWS && two_sided_rows.is_some();
+    if asked.block_rows.is_none() && !share && !asked.checkpoint && ranks == 1 && !keys_once_in_blocks {
         let on_disk_fits = asked.memory.is_none_or(|m| memory::on_disk_estimate(p) <= m);
         if asked.ranks_on_device && (asked.answers_on_disk || !fits_whole) && on_disk_fits {
             return Strategy::SingleOnDisk;
@@ -266,7 +281,6 @@ pub(crate) fn choose(p: Problem, workers: usize, asked: Asked) -> Strategy {
         // Large blocks are whole tiles (a two-sided GPU block is split on a tile boundary):
         // under limits of whole tiles too, rounding up keeps them.
         let whole_tiles = |r: usize| if r >= MIN_DEVICE_BLOCK_ROWS { r / ALIGN_ROWS * ALIGN_ROWS } else { r };
-        let two_sided_rows = asked.two_sided_rows.filter(|&r| r >= MIN_TWO_SIDED_BLOCK_ROWS);
         let blocks = (2 * workers * ranks)
             .max(p.n.div_ceil(DEFAULT_BLOCK_ROWS))
             .max(device_rows.map_or(1, |r| p.n.div_ceil(whole_tiles(r))))
@@ -480,6 +494,7 @@ mod tests {
         ranks: 1,
         device_rows: None,
         two_sided_rows: None,
+        whole_sweep_twice: false,
     };
 
     fn problem(n: usize) -> Problem {
@@ -561,6 +576,28 @@ mod tests {
         assert!(plan.rows > 1 << 19 && plan.rows <= DEFAULT_BLOCK_ROWS, "{plan:?}");
         // One device that holds the whole data takes it whole.
         assert_eq!(choose(p, 1, Asked { two_sided_rows: Some(600_000), ..Asked::default() }), Strategy::Single);
+    }
+
+    #[test]
+    fn one_device_whose_whole_sweep_computes_keys_twice_takes_blocks_it_computes_once() {
+        let asked = Asked { whole_sweep_twice: true, two_sided_rows: Some(1 << 21), ..Asked::default() };
+        let (plan, workers, _) = partitioned(choose(problem(1 << 22), 1, asked));
+        assert_eq!((plan.count, plan.rows, workers), (4, 1 << 20, 1));
+        // Blocks no larger than the device computes two-sided.
+        let narrow = Asked { two_sided_rows: Some(600_000), ..asked };
+        let (plan, _, _) = partitioned(choose(problem(1 << 22), 1, narrow));
+        assert!(plan.rows <= 600_000 && plan.count == 7, "{plan:?}");
+        // Two blocks at least, where the graph has fewer rows than a default block.
+        let (plan, _, _) = partitioned(choose(problem(1 << 20), 1, asked));
+        assert_eq!(plan.count, 2);
+        // Small graphs, pairs the device computes only as two searches, and sweeps that
+        // compute each key once keep the whole data.
+        assert_eq!(choose(problem((1 << 20) - 1), 1, asked), Strategy::Single);
+        assert_eq!(choose(problem(1 << 22), 1, Asked { two_sided_rows: None, ..asked }), Strategy::Single);
+        let small = Asked { two_sided_rows: Some(MIN_TWO_SIDED_BLOCK_ROWS - 1), ..asked };
+        assert_eq!(choose(problem(1 << 22), 1, small), Strategy::Single);
+        let once = Asked { whole_sweep_twice: false, ..asked };
+        assert_eq!(choose(problem(1 << 22), 1, once), Strategy::Single);
     }
 
     #[test]

@@ -116,12 +116,53 @@ impl GpuEngine {
                 .is_ok_and(|plan| plan.resident && self.keeps_raw_rows(rows, cols, plan))
     }
 
+    /// Whether this device's sweep of a whole graph of `rows x cols` data with `kc`
+    /// candidates a row computes every key twice: neither symmetric (its rows' state does not
+    /// fit) nor bounded, so that each key is computed once for each of its two rows.
+    pub fn graph_sweep_computes_keys_twice(&self, rows: usize, cols: usize, kc: usize) -> bool {
+        let Ok(corpus) = plan::plan_corpus(rows, cols, self.budget()) else { return false };
+        let tiles = plan::choose_sweep(plan::SweepAsk {
+            nq: rows,
+            d: cols,
+            kc,
+            corpus,
+            corpus_rows: rows,
+            caps: self.tile_caps,
+            dev: self.budget(),
+            from_corpus: true,
+            ranks: self.ranks_graph_on_device(rows, cols),
+            symmetric: self.symmetric_graphs,
+            bounded: self.bounded_sweeps,
+            sorts: self.sort_select,
+        });
+        tiles.is_ok_and(|t| !t.symmetric && t.bounded.is_none())
+    }
+
+    /// Whether a pair of blocks of `i_rows` and `j_rows` rows whose every row has a bound is
+    /// computed one way (`CorpusSession::filtered_candidates`, the rows of I starting with
+    /// their bounds) rather than two-sided: both compute each key once, but one way stores no
+    /// distance tile and selects only the few keys under the bounds, where a two-sided pair's
+    /// tiles are dense. So wherever its column lists fit and sparse tiles still pay on the
+    /// data, unless `symmetric_graphs` forces two-sided pairs.
+    pub fn one_way_pairs_pay(&self, j_rows: usize, kc: usize) -> bool {
+        let filter = super::ColumnFilter { rows: j_rows, cap: plan::filtered_list_cap(kc) };
+        self.symmetric_graphs != Some(true) && self.sparse_tiles_pay() && self.filtered_budget(filter).is_some()
+    }
+
     /// The tiles of a two-sided block of `rows x cols` data split at `split` (a symmetric
     /// sweep over both sides, `CorpusSession::two_sided_candidates`) with `kc` candidates a
     /// row, where the device holds it and it pays against two searches
     /// (`plan::two_sided_pays`) or `symmetric_graphs` forces it: the split on a tile
     /// boundary, kc rows a side at least.
     pub fn two_sided_tiles(&self, rows: usize, split: usize, cols: usize, kc: usize) -> Option<plan::TilePlan> {
+        let tiles = self.two_sided_fit(rows, split, cols, kc)?;
+        let pays = || plan::two_sided_pays(&tiles, rows, split, cols, kc, self.tile_caps, self.budget());
+        (self.symmetric_graphs == Some(true) || pays()).then_some(tiles)
+    }
+
+    /// The tiles of [`Self::two_sided_tiles`] where the device holds the block, whether or
+    /// not it pays.
+    pub fn two_sided_fit(&self, rows: usize, split: usize, cols: usize, kc: usize) -> Option<plan::TilePlan> {
         if cols == 0
             || split == 0
             || !split.is_multiple_of(plan::ALIGN_ROWS)
@@ -149,8 +190,7 @@ impl GpuEngine {
             sorts: self.sort_select,
         })
         .ok()?;
-        let pays = || plan::two_sided_pays(&tiles, rows, split, cols, kc, self.tile_caps, self.budget());
-        (tiles.symmetric && (self.symmetric_graphs == Some(true) || pays())).then_some(tiles)
+        tiles.symmetric.then_some(tiles)
     }
 
     pub(super) fn prepared_rows(&self, first: usize, rows: usize, cols: usize) -> Result<PreparedRows> {
