@@ -514,6 +514,21 @@ mod tests {
                 let (way, listed_j, listed_i) = assert_sides_exact_within(&gpu, i, j, kc, Some(bounds));
                 assert_eq!((way, (listed_j, listed_i)), (PairWay::OneWay, listed), "{}", gpu.description());
             }
+            // Given bounds for every row, the pair goes one way unless two-sided pairs are
+            // forced; a pair two-sided is exact with bounds too.
+            // (Not after the rows with no bound, which all overflowed: sparse tiles no longer
+            // pay on this data until a new call starts.)
+            let Engine::Gpu(g) = &gpu else { unreachable!() };
+            assert!(!g.one_way_pairs_pay(j.rows(), kc));
+            gpu.start_call();
+            assert!(g.one_way_pairs_pay(j.rows(), kc) && !g.one_way_pairs_pay(1 << 30, kc));
+            let forced = Options { symmetric_graphs: Some(true), ..options };
+            let forced = GpuEngine::new(&forced.gpu_settings(), false).unwrap();
+            assert!(!forced.one_way_pairs_pay(j.rows(), kc));
+            let forced = Engine::Gpu(Box::new(forced));
+            let bounds = PairBounds { i: &tight_i[..256], j: &tight_j };
+            let i_tiles = i.slice_rows(0..256);
+            assert_eq!(assert_sides_exact_within(&forced, i_tiles, j, kc, Some(bounds)).0, PairWay::TwoSided);
             // The CPU computes the pair two-sided whatever the bounds.
             let cpu = Engine::Cpu(CpuEngine::new(false));
             let bounds = PairBounds { i: &tight_i, j: &tight_j };

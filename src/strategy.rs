@@ -209,8 +209,7 @@ const MIN_TWO_SIDED_BLOCK_ROWS: usize = 1 << 17;
 /// Fewest rows for which one engine whose sweep of the whole graph computes every key twice
 /// takes blocks whose pairs compute each key once (the diagonal blocks swept symmetrically)
 /// instead: smaller graphs take a few seconds, where each block's fixed costs weigh more
-/// (notes/partition.md: at 2^22 rows on one GPU, 84 s in blocks of 2^20 with pairs
-/// two-sided against 134 s for the whole data).
+/// (notes/partition.md, "One GPU in blocks at 2^22").
 const MIN_KEYS_ONCE_ROWS: usize = 1 << 20;
 
 /// The graph to plan: `n` rows of `d` values, `k` neighbours a row.
