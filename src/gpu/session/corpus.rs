@@ -120,6 +120,9 @@ impl GpuEngine {
     /// candidates a row computes every key twice: neither symmetric (its rows' state does not
     /// fit) nor bounded, so that each key is computed once for each of its two rows.
     pub fn graph_sweep_computes_keys_twice(&self, rows: usize, cols: usize, kc: usize) -> bool {
+        if rows == 0 || cols == 0 {
+            return false;
+        }
         let Ok(corpus) = plan::plan_corpus(rows, cols, self.budget()) else { return false };
         let tiles = plan::choose_sweep(plan::SweepAsk {
             nq: rows,
