@@ -528,7 +528,7 @@ impl<'a> Run<'a> {
         }
         let row_stats = self.row_stats;
         let corpus_max = self.corpus_max;
-        let outcomes: Vec<Outcome> = self.host.install(|| {
+        let finish = || {
             rows.par_iter()
                 .enumerate()
                 .map(|(slot, &i)| {
@@ -551,8 +551,14 @@ impl<'a> Run<'a> {
                         None => Outcome::Unproven,
                     }
                 })
-                .collect()
-        });
+                .collect::<Vec<Outcome>>()
+        };
+        // Once the last first-round job is in, no worker copies tiles out, and nothing else
+        // runs beside these finishes: they take every thread.
+        let outcomes = match self.jobs_done + 1 >= self.jobs_total {
+            true => finish(),
+            false => self.host.install(finish),
+        };
         let mut pending = Vec::new();
         for (&i, outcome) in rows.iter().zip(outcomes) {
             let at = (i - first) * k..(i - first + 1) * k;
