@@ -96,8 +96,8 @@ impl Engine {
     }
 
     /// Whether this engine's sweep of a whole graph of `rows x cols` data with `kc`
-    /// candidates a row computes every key twice, once for each of its rows (a GPU whose
-    /// rows' state does not fit a symmetric sweep; the CPU sweeps symmetric blocks at any
+    /// candidates a row computes every key twice, once for each of its rows (a GPU on which
+    /// a symmetric sweep of the data does not fit; the CPU sweeps symmetric blocks at any
     /// size).
     pub fn graph_sweep_computes_keys_twice(&self, rows: usize, cols: usize, kc: usize) -> bool {
         match self {

@@ -117,8 +117,9 @@ impl GpuEngine {
     }
 
     /// Whether this device's sweep of a whole graph of `rows x cols` data with `kc`
-    /// candidates a row computes every key twice: neither symmetric (its rows' state does not
-    /// fit) nor bounded, so that each key is computed once for each of its two rows.
+    /// candidates a row computes every key twice: neither symmetric (the data in one binding
+    /// and every row's state do not both fit) nor bounded, so that each key is computed once
+    /// for each of its two rows.
     pub fn graph_sweep_computes_keys_twice(&self, rows: usize, cols: usize, kc: usize) -> bool {
         if rows == 0 || cols == 0 {
             return false;
@@ -141,8 +142,8 @@ impl GpuEngine {
         tiles.is_ok_and(|t| !t.symmetric && t.bounded.is_none())
     }
 
-    /// Whether a pair of blocks of `i_rows` and `j_rows` rows whose every row has a bound is
-    /// computed one way (`CorpusSession::filtered_candidates`, the rows of I starting with
+    /// Whether a pair of blocks, J of `j_rows` rows, whose every row has a bound is computed
+    /// one way (`CorpusSession::filtered_candidates`, the rows of I starting with
     /// their bounds) rather than two-sided: both compute each key once, but one way stores no
     /// distance tile and selects only the few keys under the bounds, where a two-sided pair's
     /// tiles are dense. So wherever its column lists fit and sparse tiles still pay on the
