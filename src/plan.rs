@@ -151,17 +151,23 @@ pub(crate) fn plan_corpus(n: usize, d: usize, dev: DeviceBudget) -> Result<Corpu
     Ok(CorpusPlan { chunk_rows, resident })
 }
 
-/// Chooses the query tile for `nq` queries needing `kc` candidates each against corpus chunks
-/// of `chunk_rows` rows.
-pub(crate) fn plan_tiles(
-    nq: usize,
-    d: usize,
-    kc: usize,
-    corpus: CorpusPlan,
-    n: usize,
-    caps: TileCaps,
-    dev: DeviceBudget,
-) -> Result<TilePlan> {
+/// What a round's query tiles are planned for: `nq` queries of dimension `d` needing `kc`
+/// candidates each, against a corpus of `corpus_rows` rows laid out as `corpus`, within
+/// `caps` and the device's budget `dev`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TileAsk {
+    pub nq: usize,
+    pub d: usize,
+    pub kc: usize,
+    pub corpus: CorpusPlan,
+    pub corpus_rows: usize,
+    pub caps: TileCaps,
+    pub dev: DeviceBudget,
+}
+
+/// Chooses the query tile for a round of plain query tiles against the corpus's chunks.
+pub(crate) fn plan_tiles(ask: TileAsk) -> Result<TilePlan> {
+    let TileAsk { nq, kc, corpus, caps, .. } = ask;
     let within = |widest: usize| {
         // Each query row holds a distance tile row and the select's arrays, 20 bytes a
         // column: under a small budget wide tiles leave too few query rows to fill the GPU,
@@ -170,7 +176,7 @@ pub(crate) fn plan_tiles(
         let mut column = caps.column.min(widest);
         let mut narrowed = false;
         loop {
-            let plan = plan_tiles_within(nq, d, kc, corpus, n, TileCaps { column, ..caps }, dev)
+            let plan = plan_tiles_within(TileAsk { caps: TileCaps { column, ..caps }, ..ask })
                 .map(|t| TilePlan { sparse: narrowed && t.shortlist_cap > 0, ..t });
             // Once narrowed, only a query tile's first distance tile is dense: a narrower one
             // costs a tile more, where taller query tiles save dispatches on every tile.
@@ -221,19 +227,12 @@ pub(crate) fn sparse_tile_width(t: &TilePlan, met: usize) -> usize {
 }
 
 /// [`plan_tiles`] for distance tiles of at most `caps.column` columns.
-fn plan_tiles_within(
-    nq: usize,
-    d: usize,
-    kc: usize,
-    corpus: CorpusPlan,
-    n: usize,
-    caps: TileCaps,
-    dev: DeviceBudget,
-) -> Result<TilePlan> {
-    let column_tile = corpus.chunk_rows.min(caps.column);
+fn plan_tiles_within(ask: TileAsk) -> Result<TilePlan> {
+    let kc = ask.kc;
+    let column_tile = ask.corpus.chunk_rows.min(ask.caps.column);
     let dist_stride = column_tile.next_multiple_of(4);
     let scratch_stride = column_tile.max(2 * kc);
-    let fit = QueryRowFit { nq, d, kc, corpus, n, caps, dev, dist_stride, scratch_stride, empty_lists: false };
+    let fit = QueryRowFit { ask, dist_stride, scratch_stride, empty_lists: false };
     // A merge holds the running list and the shortlist in the auxiliary arrays. Shortlists
     // are an optimisation: for long lists, or under a budget so tight that they would halve
     // the query tile, every tile is selected densely instead.
@@ -267,27 +266,20 @@ fn plan_tiles_within(
 /// kc-th key among the rows it has met, at least a block's, so about kc keys of a block as
 /// large fall under it: a first tile spans the whole chunk. A row whose shortlist overflows
 /// is marked incomplete. Lists longer than [`DENSE_KC`] keep no shortlists: [`plan_tiles`].
-pub(crate) fn plan_bounded_queries(
-    nq: usize,
-    d: usize,
-    kc: usize,
-    corpus: CorpusPlan,
-    n: usize,
-    caps: TileCaps,
-    dev: DeviceBudget,
-) -> Result<TilePlan> {
+pub(crate) fn plan_bounded_queries(ask: TileAsk) -> Result<TilePlan> {
+    let kc = ask.kc;
     if kc > DENSE_KC {
-        return plan_tiles(nq, d, kc, corpus, n, caps, dev);
+        return plan_tiles(ask);
     }
     let shortlist_cap = 2 * kc + 64;
     // No kernel stores a sparse tile's keys; the distance and select kernels still bind it.
     let dist_stride = 4;
     let scratch_stride = kc + shortlist_cap;
-    let fit = QueryRowFit { nq, d, kc, corpus, n, caps, dev, dist_stride, scratch_stride, empty_lists: true };
+    let fit = QueryRowFit { ask, dist_stride, scratch_stride, empty_lists: true };
     let (query_rows, read_backs) = fit.with_read_backs(fit.rows(shortlist_cap, 1), shortlist_cap)?;
     Ok(TilePlan {
         query_rows,
-        column_tile: corpus.chunk_rows.min(caps.column),
+        column_tile: ask.corpus.chunk_rows.min(ask.caps.column),
         dist_stride,
         scratch_stride,
         shortlist_cap,
@@ -302,13 +294,7 @@ pub(crate) fn plan_bounded_queries(
 /// How many query rows of a plain sweep's tiles of the given strides fit the budget and the
 /// binding limits.
 struct QueryRowFit {
-    nq: usize,
-    d: usize,
-    kc: usize,
-    corpus: CorpusPlan,
-    n: usize,
-    caps: TileCaps,
-    dev: DeviceBudget,
+    ask: TileAsk,
     dist_stride: usize,
     scratch_stride: usize,
     /// Running lists of no candidates kept to start each query tile's from.
@@ -317,26 +303,27 @@ struct QueryRowFit {
 
 impl QueryRowFit {
     fn per_query_row(&self, shortlist_cap: usize, read_backs: usize) -> u64 {
-        let row = prepared_row_bytes(self.d);
-        let empty_list = if self.empty_lists { 8 * self.kc as u64 } else { 0 };
-        query_row_bytes(self.dist_stride, self.scratch_stride, self.kc, shortlist_cap, read_backs, row, false)
+        let row = prepared_row_bytes(self.ask.d);
+        let empty_list = if self.empty_lists { 8 * self.ask.kc as u64 } else { 0 };
+        query_row_bytes(self.dist_stride, self.scratch_stride, self.ask.kc, shortlist_cap, read_backs, row, false)
             + empty_list
     }
 
     fn rows(&self, shortlist_cap: usize, read_backs: usize) -> usize {
-        let (dev, row) = (self.dev, prepared_row_bytes(self.d));
-        let corpus = self.corpus;
-        let corpus_bytes = if corpus.resident { self.n as u64 * row } else { 2 * corpus.chunk_rows as u64 * row };
+        let (dev, row) = (self.ask.dev, prepared_row_bytes(self.ask.d));
+        let corpus = self.ask.corpus;
+        let corpus_bytes =
+            if corpus.resident { self.ask.corpus_rows as u64 * row } else { 2 * corpus.chunk_rows as u64 * row };
         let free = dev.budget.saturating_sub(corpus_bytes);
         let limits = [
             free / self.per_query_row(shortlist_cap, read_backs),
             dev.max_binding / (4 * self.dist_stride as u64),
             dev.max_binding / (4 * self.scratch_stride as u64),
-            dev.max_binding / (16 * self.kc as u64),
+            dev.max_binding / (16 * self.ask.kc as u64),
             dev.max_binding / (8 * shortlist_cap.max(1) as u64),
             dev.max_binding / row,
-            MAX_QUERY_ROWS.min(self.caps.query) as u64,
-            self.nq as u64,
+            MAX_QUERY_ROWS.min(self.ask.caps.query) as u64,
+            self.ask.nq as u64,
         ];
         limits.into_iter().min().unwrap_or(0) as usize
     }
@@ -350,7 +337,7 @@ impl QueryRowFit {
             .find(|&(_, rows)| rows >= query_rows - query_rows / 4 && rows > 0)
             .unwrap_or((1, query_rows));
         if rows == 0 {
-            let (kc, dev) = (self.kc, self.dev);
+            let (kc, dev) = (self.ask.kc, self.ask.dev);
             return Err(Error::TooLargeForDevice(format!(
                 "{kc} candidates per query need {} bytes per query row, more than the GPU memory budget \
                  ({} bytes, largest binding {} bytes) allows; use a smaller k or the CPU backend",
@@ -709,7 +696,7 @@ pub(crate) fn choose_sweep(a: SweepAsk) -> Result<TilePlan> {
         .flatten();
     match bounded_plan.or(symmetric_plan) {
         Some(tiles) => Ok(tiles),
-        None => plan_tiles(nq, d, kc, corpus, corpus_rows, caps, dev),
+        None => plan_tiles(TileAsk { nq, d, kc, corpus, corpus_rows, caps, dev }),
     }
 }
 
@@ -729,7 +716,8 @@ pub(crate) fn two_sided_pays(
     dev: DeviceBudget,
 ) -> bool {
     let side = split.max(rows - split);
-    let searches = plan_corpus(side, d, dev).and_then(|corpus| plan_tiles(side, d, kc, corpus, side, caps, dev));
+    let searches = plan_corpus(side, d, dev)
+        .and_then(|corpus| plan_tiles(TileAsk { nq: side, d, kc, corpus, corpus_rows: side, caps, dev }));
     let Ok(plain) = searches else { return true };
     let keys = split as f64 * (rows - split) as f64;
     // The other side's rows against the split's, their keys appended to the split's rows;
@@ -789,6 +777,13 @@ fn dispatches(t: &TilePlan, rows: usize, cols: usize, column_merges: bool) -> u6
 mod tests {
     use super::*;
 
+    /// A round of `n` queries against as many corpus rows of dimension `d`, `kc` candidates
+    /// each, with no caps.
+    fn square(n: usize, d: usize, kc: usize, dev: DeviceBudget) -> TileAsk {
+        let corpus = plan_corpus(n, d, dev).unwrap();
+        TileAsk { nq: n, d, kc, corpus, corpus_rows: n, caps: TileCaps::default(), dev }
+    }
+
     const LAVAPIPE: DeviceBudget = DeviceBudget { max_binding: 128 << 20, budget: 1 << 30 };
 
     #[test]
@@ -807,9 +802,8 @@ mod tests {
     fn bounded_query_rows_take_tall_tiles_of_sparse_keys_only() {
         // A pair of blocks of 65536 rows, d = 128, kc = 32 under 128 MiB less the column lists.
         let dev = filtered_budget(DeviceBudget { max_binding: 2 << 30, budget: 128 << 20 }, 65536, 64).unwrap();
-        let corpus = plan_corpus(65536, 128, dev).unwrap();
-        let plain = plan_tiles(65536, 128, 32, corpus, 65536, TileCaps::default(), dev).unwrap();
-        let bounded = plan_bounded_queries(65536, 128, 32, corpus, 65536, TileCaps::default(), dev).unwrap();
+        let plain = plan_tiles(square(65536, 128, 32, dev)).unwrap();
+        let bounded = plan_bounded_queries(square(65536, 128, 32, dev)).unwrap();
         assert!(bounded.sparse && bounded.queries_bounded && !plain.queries_bounded, "{bounded:?}");
         // One tile spans the block; the auxiliary arrays hold a merge, not a tile.
         assert_eq!((bounded.column_tile, bounded.scratch_stride), (65536, 32 + bounded.shortlist_cap));
@@ -820,7 +814,7 @@ mod tests {
                 + 8 * 32;
         assert!(65536 * row + bounded.query_rows as u64 * per_row <= dev.budget);
         // Lists too long for shortlists take the plain plan.
-        let long = plan_bounded_queries(4096, 128, 512, corpus, 65536, TileCaps::default(), dev).unwrap();
+        let long = plan_bounded_queries(TileAsk { nq: 4096, ..square(65536, 128, 512, dev) }).unwrap();
         assert!(!long.queries_bounded && long.shortlist_cap == 0, "{long:?}");
     }
 
@@ -836,7 +830,7 @@ mod tests {
         ] {
             let corpus = plan_corpus(n, d, LAVAPIPE).unwrap();
             assert!(corpus.chunk_rows as u64 * prepared_row_bytes(d) <= LAVAPIPE.max_binding);
-            let t = match plan_tiles(n, d, kc, corpus, n, TileCaps::default(), LAVAPIPE) {
+            let t = match plan_tiles(square(n, d, kc, LAVAPIPE)) {
                 Ok(t) => t,
                 Err(e) => {
                     assert!(kc as u64 * 16 > LAVAPIPE.max_binding, "n={n} d={d} kc={kc}: {e}");
@@ -860,8 +854,7 @@ mod tests {
     fn long_lists_take_wider_column_tiles() {
         let dev = DeviceBudget { max_binding: 2 << 30, budget: 4 << 30 };
         let columns = |n: usize, kc: usize, caps: TileCaps| {
-            let corpus = plan_corpus(n, 128, dev).unwrap();
-            plan_tiles(n, 128, kc, corpus, n, caps, dev).unwrap().column_tile
+            plan_tiles(TileAsk { caps, ..square(n, 128, kc, dev) }).unwrap().column_tile
         };
         assert_eq!(columns(262144, 26, TileCaps::default()), MAX_COLUMN_TILE);
         assert_eq!(columns(262144, 1250, TileCaps::default()), MAX_DENSE_COLUMN_TILE);
@@ -869,13 +862,11 @@ mod tests {
         assert_eq!(columns(262144, 1250, TileCaps { column: 384, ..TileCaps::default() }), 384);
         // A budget that leaves the widest tiles few query rows takes narrower ones.
         let small = DeviceBudget { max_binding: 128 << 20, budget: 1 << 30 };
-        let corpus = plan_corpus(262144, 128, small).unwrap();
-        let plan = plan_tiles(262144, 128, 1250, corpus, 262144, TileCaps::default(), small).unwrap();
+        let plan = plan_tiles(square(262144, 128, 1250, small)).unwrap();
         assert!(plan.column_tile < MAX_DENSE_COLUMN_TILE && plan.query_rows >= MIN_WIDE_QUERY_ROWS, "{plan:?}");
         // So do short lists: 64 MiB leaves 16384 columns 151 query rows.
         let tight = DeviceBudget { max_binding: 64 << 20, budget: 64 << 20 };
-        let corpus = plan_corpus(32768, 128, tight).unwrap();
-        let plan = plan_tiles(32768, 128, 32, corpus, 32768, TileCaps::default(), tight).unwrap();
+        let plan = plan_tiles(square(32768, 128, 32, tight)).unwrap();
         assert!(plan.column_tile >= MIN_COLUMN_TILE && plan.query_rows >= MIN_WIDE_QUERY_ROWS, "{plan:?}");
         let tight = DeviceBudget { max_binding: 128 << 20, budget: 128 << 20 };
         let sym = plan_symmetric(
@@ -899,7 +890,7 @@ mod tests {
     fn more_read_back_buffers_only_where_they_cost_little() {
         let plan = |n: usize, kc: usize, budget: u64| {
             let dev = DeviceBudget { max_binding: 128 << 20, budget };
-            plan_tiles(n, 70, kc, plan_corpus(n, 70, dev).unwrap(), n, TileCaps::default(), dev).unwrap()
+            plan_tiles(square(n, 70, kc, dev)).unwrap()
         };
         assert_eq!(plan(65536, 1250, 1 << 30).read_backs, 3);
         // The 48 KiB budget of the GPU tests' smallest tiles, after two widenings of k = 20.
@@ -1076,7 +1067,7 @@ mod tests {
     fn tiles_narrowed_by_the_budget_are_sparse_after_the_first() {
         let plan = |n: usize, kc: usize, budget: u64| {
             let dev = DeviceBudget { max_binding: budget.min(2 << 30), budget };
-            plan_tiles(n, 128, kc, plan_corpus(n, 128, dev).unwrap(), n, TileCaps::default(), dev).unwrap()
+            plan_tiles(square(n, 128, kc, dev)).unwrap()
         };
         // A search of 32768 rows against as many under 64 MiB: sparse tiles after a first one
         // narrowed to 1024 columns for taller query tiles.
@@ -1084,7 +1075,7 @@ mod tests {
         assert!(small.sparse && small.column_tile == MIN_COLUMN_TILE && small.shortlist_cap > 0, "{small:?}");
         let dev = DeviceBudget { max_binding: 64 << 20, budget: 64 << 20 };
         let caps = TileCaps { column: 2048, ..TileCaps::default() };
-        let wider = plan_tiles_within(32768, 128, 32, plan_corpus(32768, 128, dev).unwrap(), 32768, caps, dev).unwrap();
+        let wider = plan_tiles_within(TileAsk { caps, ..square(32768, 128, 32, dev) }).unwrap();
         assert!(small.query_rows > wider.query_rows, "{small:?} against {wider:?}");
         // Sparse tiles double: 1024, 1024, 2048, ... cover the chunk in a handful.
         let mut widths = Vec::new();

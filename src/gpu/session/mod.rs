@@ -223,10 +223,10 @@ impl CorpusSession<'_> {
             .filtered_budget(filter)
             .ok_or_else(|| crate::error::Error::Gpu("a filtered search whose lists do not fit was swept".into()))?;
         let (d, n) = (self.corpus.cols(), self.corpus.rows());
+        let ask = plan::TileAsk { nq, d, kc, corpus: self.plan, corpus_rows: n, caps, dev };
         match query_bounds.is_some_and(|b| b.iter().all(|b| b.is_finite())) && sparse_pays {
-            true => plan::plan_bounded_queries(nq, d, kc, self.plan, n, caps, dev),
-            false => plan::plan_tiles(nq, d, kc, self.plan, n, caps, dev)
-                .map(|t| TilePlan { sparse: t.sparse && sparse_pays, ..t }),
+            true => plan::plan_bounded_queries(ask),
+            false => plan::plan_tiles(ask).map(|t| TilePlan { sparse: t.sparse && sparse_pays, ..t }),
         }
     }
 
@@ -298,7 +298,16 @@ impl CorpusSession<'_> {
             Sides::Filtered { filter, query_bounds, .. } => {
                 self.filtered_plan(nq, kc, filter, query_bounds, sparse_pays, caps)
             }
-            _ => plan::plan_tiles(nq, d, kc, self.plan, self.corpus.rows(), caps, gpu.budget()).map(checked),
+            _ => plan::plan_tiles(plan::TileAsk {
+                nq,
+                d,
+                kc,
+                corpus: self.plan,
+                corpus_rows: self.corpus.rows(),
+                caps,
+                dev: gpu.budget(),
+            })
+            .map(checked),
         };
         let mut key = key_of(tiles);
         let mut reused = true;
