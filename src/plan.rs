@@ -657,15 +657,8 @@ fn list_cap(kc: usize, b: BoundedSweep) -> usize {
 /// What bears on how a round of candidates sweeps the corpus.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SweepAsk {
-    /// Queries of the round, their dimension, and candidates kept for each.
-    pub nq: usize,
-    pub d: usize,
-    pub kc: usize,
-    /// The corpus: its plan and rows.
-    pub corpus: CorpusPlan,
-    pub corpus_rows: usize,
-    pub caps: TileCaps,
-    pub dev: DeviceBudget,
+    /// The round's queries, corpus, caps and budget.
+    pub tiles: TileAsk,
     /// The queries are the resident corpus rows themselves (a graph's first round), which a
     /// symmetric or bounded sweep needs.
     pub from_corpus: bool,
@@ -685,7 +678,8 @@ pub(crate) struct SweepAsk {
 /// finished tile by tile under sampled bounds) where lists are long, else symmetric (each
 /// distance once for both rows) where all rows' state fits, else plain query tiles.
 pub(crate) fn choose_sweep(a: SweepAsk) -> Result<TilePlan> {
-    let SweepAsk { nq, d, kc, corpus, corpus_rows, caps, dev, from_corpus, ranks, symmetric, bounded, sorts } = a;
+    let SweepAsk { tiles, from_corpus, ranks, symmetric, bounded, sorts } = a;
+    let TileAsk { nq, d, kc, corpus, caps, dev, .. } = tiles;
     let symmetric_plan = (from_corpus && symmetric != Some(false))
         .then(|| plan_symmetric(nq, d, kc, corpus, caps, dev, symmetric == Some(true), sorts))
         .flatten();
@@ -696,7 +690,7 @@ pub(crate) fn choose_sweep(a: SweepAsk) -> Result<TilePlan> {
         .flatten();
     match bounded_plan.or(symmetric_plan) {
         Some(tiles) => Ok(tiles),
-        None => plan_tiles(TileAsk { nq, d, kc, corpus, corpus_rows, caps, dev }),
+        None => plan_tiles(tiles),
     }
 }
 
@@ -1005,13 +999,7 @@ mod tests {
     fn each_round_takes_the_sweep_its_problem_and_the_options_allow() {
         let dev = DeviceBudget { max_binding: 2 << 30, budget: 16 << 30 };
         let ask = |nq: usize, kc: usize| SweepAsk {
-            nq,
-            d: 128,
-            kc,
-            corpus: plan_corpus(nq, 128, dev).unwrap(),
-            corpus_rows: nq,
-            caps: TileCaps::default(),
-            dev,
+            tiles: square(nq, 128, kc, dev),
             from_corpus: true,
             ranks: true,
             symmetric: None,

@@ -125,21 +125,23 @@ impl GpuEngine {
             return false;
         }
         let Ok(corpus) = plan::plan_corpus(rows, cols, self.budget()) else { return false };
-        let tiles = plan::choose_sweep(plan::SweepAsk {
-            nq: rows,
-            d: cols,
-            kc,
-            corpus,
-            corpus_rows: rows,
-            caps: self.tile_caps,
-            dev: self.budget(),
-            from_corpus: true,
-            ranks: self.ranks_graph_on_device(rows, cols),
+        let (caps, dev) = (self.tile_caps, self.budget());
+        let ask = plan::TileAsk { nq: rows, d: cols, kc, corpus, corpus_rows: rows, caps, dev };
+        let tiles = self.choose_sweep(ask, true, self.ranks_graph_on_device(rows, cols));
+        tiles.is_ok_and(|t| !t.symmetric && t.bounded.is_none())
+    }
+
+    /// The sweep of a round asked as `tiles` that `plan::choose_sweep` picks under this
+    /// engine's options; `from_corpus` and `ranks` as in [`plan::SweepAsk`].
+    pub(super) fn choose_sweep(&self, tiles: plan::TileAsk, from_corpus: bool, ranks: bool) -> Result<plan::TilePlan> {
+        plan::choose_sweep(plan::SweepAsk {
+            tiles,
+            from_corpus,
+            ranks,
             symmetric: self.symmetric_graphs,
             bounded: self.bounded_sweeps,
             sorts: self.sort_select,
-        });
-        tiles.is_ok_and(|t| !t.symmetric && t.bounded.is_none())
+        })
     }
 
     /// Whether a pair of blocks, J of `j_rows` rows, whose every row has a bound is computed
@@ -180,13 +182,7 @@ impl GpuEngine {
         let side = split.max(rows - split).next_multiple_of(plan::ALIGN_ROWS);
         let caps = plan::TileCaps { query: self.tile_caps.query.min(side), ..self.tile_caps };
         let tiles = plan::choose_sweep(plan::SweepAsk {
-            nq: rows,
-            d: cols,
-            kc,
-            corpus,
-            corpus_rows: rows,
-            caps,
-            dev: self.budget(),
+            tiles: plan::TileAsk { nq: rows, d: cols, kc, corpus, corpus_rows: rows, caps, dev: self.budget() },
             from_corpus: true,
             ranks: false,
             symmetric: Some(true),

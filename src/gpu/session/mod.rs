@@ -186,21 +186,12 @@ impl CorpusSession<'_> {
             Sides::Filtered { filter, query_bounds, .. } => {
                 self.filtered_plan(nq, kc, filter, query_bounds, sparse_pays, gpu.tile_caps)
             }
-            Sides::Whole => plan::choose_sweep(plan::SweepAsk {
-                nq,
-                d: self.corpus.cols(),
-                kc,
-                corpus: self.plan,
-                corpus_rows: self.corpus.rows(),
-                caps: gpu.tile_caps,
-                dev: gpu.budget(),
-                from_corpus,
+            Sides::Whole => {
+                let (d, corpus_rows, caps, dev) = (self.corpus.cols(), self.corpus.rows(), gpu.tile_caps, gpu.budget());
+                let ask = plan::TileAsk { nq, d, kc, corpus: self.plan, corpus_rows, caps, dev };
                 // A bounded sweep's rows are finished tile by tile on the GPU, ranked there.
-                ranks,
-                symmetric: gpu.symmetric_graphs,
-                bounded: gpu.bounded_sweeps,
-                sorts: gpu.sort_select,
-            }),
+                gpu.choose_sweep(ask, from_corpus, ranks)
+            }
             Sides::Two { split } => gpu
                 .two_sided_tiles(nq, split, self.corpus.cols(), kc)
                 .ok_or_else(|| crate::error::Error::Gpu("a two-sided block that does not fit was swept".into())),
