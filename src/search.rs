@@ -348,6 +348,9 @@ pub struct RunStats {
     /// Of [`RunStats::rows_on_grid`], those whose grid candidates proved the answer (the
     /// kd-tree answered the rest).
     pub rows_proven_by_grid: usize,
+    /// Of [`RunStats::rows_proven_by_grid`], those ranked and proven on the GPU itself
+    /// (adapters with SHADER_F64, k up to 128); the host proved the others.
+    pub rows_proven_on_gpu: usize,
     /// Times a hybrid run rebuilt its grid with wider cells, because more than a quarter of
     /// a batch's rows found too few neighbours within a cell's reach.
     pub grid_rebuilds: usize,
@@ -1144,6 +1147,7 @@ impl Knn {
                 }
                 stats.rows_on_grid = run.gpu_rows;
                 stats.rows_proven_by_grid = run.gpu_proven;
+                stats.rows_proven_on_gpu = run.gpu_proven_on_gpu;
                 stats.grid_rebuilds = run.grid_rebuilds;
             }
             (engine, Algorithm::CoverTree) => {

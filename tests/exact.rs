@@ -323,7 +323,8 @@ fn saved_index_matches_float64_oracle() {
 /// The hybrid join (the GPU grid beside the kd-tree) on the low-dimensional table and on the
 /// general one, on the GPU with subgroups (where the adapter has them) and without, under the
 /// default budget and one that cuts the grid's queries into several batches; brute force
-/// where the grid does not apply. The grid must take rows and prove answers on the table.
+/// where the grid does not apply. The grid must take rows and prove answers on the table,
+/// on adapters with f64 some of them on the GPU itself (k up to 128).
 #[test]
 fn hybrid_matches_float64_oracle() {
     let mut engines = Vec::new();
@@ -341,7 +342,7 @@ fn hybrid_matches_float64_oracle() {
     }
     let cpu = Knn::new(Options { backend: Backend::Cpu, algorithm: Algorithm::Hybrid, ..Options::default() }).unwrap();
     for knn in &engines {
-        let (mut taken, mut proven) = (0, 0);
+        let (mut taken, mut proven, mut on_gpu) = (0, 0, 0);
         for table in [lowdim_cases(), cases()] {
             let takes: Vec<(String, bool)> =
                 table.iter().map(|c| (c.name.clone(), kd_tree_takes(c) && c.corpus.cols() <= 6)).collect();
@@ -353,10 +354,13 @@ fn hybrid_matches_float64_oracle() {
                     assert!(stats.rows_on_grid > 0, "{name}: the GPU grid took no rows");
                 }
                 (taken, proven) = (taken + stats.rows_on_grid, proven + stats.rows_proven_by_grid);
+                on_gpu += stats.rows_proven_on_gpu;
             }
         }
         // The grid is sized for most sampled rows to succeed (`lowdim::grid`).
         assert!(proven * 2 > taken, "[{}] the grid proved {proven} of the {taken} rows it took", knn.description());
+        let f64_adapter = knn.description().contains("f64 re-ranking");
+        assert_eq!(on_gpu > 0, f64_adapter, "[{}] {on_gpu} rows proven on the GPU", knn.description());
     }
     // Without a GPU engine the kd-tree answers every row.
     for case in lowdim_cases().into_iter().take(5) {
@@ -389,6 +393,9 @@ fn hybrid_graphs_in_large_batches_match_the_kd_tree() {
     let got = hybrid.graph(data.view(), 4, Metric::Euclidean).unwrap();
     let stats = hybrid.last_run();
     assert!(stats.rows_on_grid >= 65_536 && stats.rows_proven_by_grid > 0, "{stats:?}");
+    if hybrid.description().contains("f64 re-ranking") {
+        assert_eq!(stats.rows_proven_on_gpu, stats.rows_proven_by_grid, "{stats:?}");
+    }
     assert_eq!(got, tree.graph(data.view(), 4, Metric::Euclidean).unwrap());
 }
 

@@ -3,7 +3,10 @@
 //! the grid's cells are and what its answers prove is decided in `lowdim::grid`.
 
 use super::engine::GpuEngine;
-use super::kernels::{bind_group, grid, GridParams, Job, ParamSlots, Step, GRID_FAILED, GRID_GROUP, GRID_MAX_DIMS};
+use super::kernels::{
+    bind_group, grid, GridParams, GridProveParams, Job, ParamSlots, Step, GRID_FAILED, GRID_GROUP, GRID_MAX_DIMS,
+    GRID_UNANSWERED,
+};
 use super::sort::{Pairs, SortKey};
 use super::transfer::{read_mapped, Mapping};
 use crate::error::{Error, Result};
@@ -128,20 +131,151 @@ impl GpuEngine {
     }
 }
 
+/// Each distinct point's rows on the GPU, for queries proven there (`GpuGrid::query_proven`).
+pub(crate) struct GridRows {
+    buffer: wgpu::Buffer,
+}
+
+/// What proving a batch of grid queries on the GPU needs besides the grid: the corpus rows
+/// of each point, each query's excluded row (`NONE`: none), k, and the bounds of
+/// `lowdim::grid::outside_bound` (the squared reach of the cells; a kept f32 key's lower
+/// bound on the exact key, `key * kept_scale - kept_floor`).
+pub(crate) struct GridProof<'a> {
+    pub rows: &'a GridRows,
+    pub excluded: &'a [u32],
+    pub k: usize,
+    pub reach_key: f64,
+    pub kept_scale: f64,
+    pub kept_floor: f64,
+}
+
+/// Each query's answer ranked and proven on the GPU: a status (`GRID_PROVEN`; 1 where its
+/// candidates did not prove it; `GRID_UNANSWERED`), and where proven, its k rows at the start of its `kc`
+/// slots of `rows` and their exact keys, k a query in `keys`, ascending by (key, row).
+pub(crate) struct GridProven {
+    pub k: usize,
+    pub kc: usize,
+    pub status: Vec<u32>,
+    pub rows: Vec<u32>,
+    pub keys: Vec<f64>,
+    /// Queries the GPU could not answer.
+    pub failed: usize,
+}
+
+impl GpuEngine {
+    /// `first` and `rows` of a corpus's distinct points (point t stands for rows
+    /// `rows[first[t]..first[t + 1]]`) on the GPU, or `None` where the adapter cannot prove
+    /// grid queries (no SHADER_F64).
+    pub(crate) fn grid_rows(&self, first: &[u32], rows: &[u32]) -> Result<Option<GridRows>> {
+        if self.kernels.grid_kernels(&self.ctx)?.prove.is_none() {
+            return Ok(None);
+        }
+        let words = [first, rows].concat();
+        let buffer = self.upload_from_this_thread("grid point rows", bytemuck::cast_slice(&words))?;
+        Ok(Some(GridRows { buffer }))
+    }
+}
+
+/// A batch's arrays on the GPU after `query_cells`.
+struct Queried {
+    nq: usize,
+    coords: wgpu::Buffer,
+    heap_keys: wgpu::Buffer,
+    heap_ids: wgpu::Buffer,
+    seen: wgpu::Buffer,
+}
+
 impl GpuGrid<'_> {
-    /// Most queries a batch of [`Self::query`] takes with `kc` slots each: a quarter of the
-    /// engine's budget for their coordinates, heaps and counts, each heap array within one
-    /// binding, and the three read back through one buffer.
-    pub(crate) fn query_rows(&self, kc: usize) -> usize {
-        let per_query = (self.dims * 4 + kc * 8 + 4) as u64;
-        let binding = self.gpu.max_binding / (kc as u64 * 4).max(1);
-        let staging = self.gpu.ctx.limits.max_buffer_size / (kc as u64 * 8 + 4);
+    /// Most queries a batch of [`Self::query`] (or, with `proven_k`, of
+    /// [`Self::query_proven`] at that k) takes with `kc` slots each: a quarter of the
+    /// engine's budget for their arrays, each array within one binding, and what is read back
+    /// within one buffer.
+    pub(crate) fn query_rows(&self, kc: usize, proven_k: Option<usize>) -> usize {
+        let (answers, read) = match proven_k {
+            Some(k) => (k * 8 + 4, kc * 4 + 4 + k * 8),
+            None => (0, kc * 8 + 4),
+        };
+        let per_query = (self.dims * 4 + kc * 8 + 4 + answers) as u64;
+        let widest = (kc * 4).max(proven_k.unwrap_or(0) * 8).max(1) as u64;
+        let binding = self.gpu.max_binding / widest;
+        let staging = self.gpu.ctx.limits.max_buffer_size / read as u64;
         (self.gpu.budget().budget / 4 / per_query).min(binding).min(staging).max(1) as usize
     }
 
     /// Answers `queries` (rows of the grid's dimensions): each one's `kc` nearest points among
     /// the cells around its own.
     pub(crate) fn query(&self, queries: &[f32], kc: usize) -> Result<GridAnswers> {
+        let batch = self.query_cells(queries, kc, 1)?;
+        let nq = batch.nq;
+        let (mut keys, mut points, mut seen) = (vec![0f32; nq * kc], vec![0u32; nq * kc], vec![0u32; nq]);
+        self.read_back(&mut [
+            ReadBack::new(&batch.heap_keys, &mut keys),
+            ReadBack::new(&batch.heap_ids, &mut points),
+            ReadBack::new(&batch.seen, &mut seen),
+        ])?;
+        let failed = seen.iter().filter(|&&found| found == GRID_FAILED).count();
+        crate::trace::mark(|| format!("grid: {} queries' answers read back, {failed} not answered", batch.nq));
+        Ok(GridAnswers { kc, keys, points, seen, failed })
+    }
+
+    /// Answers `queries` as [`Self::query`] does, then ranks and proves each one's answer on
+    /// the GPU (`grid_prove.wgsl`), so that only proven answers come back.
+    pub(crate) fn query_proven(&self, queries: &[f32], kc: usize, proof: &GridProof<'_>) -> Result<GridProven> {
+        let gpu = self.gpu;
+        let kernels = gpu.kernels.grid_kernels(&gpu.ctx)?;
+        let prove = kernels.prove.as_ref().expect("`GridRows` exist only where the kernel does");
+        let batch = self.query_cells(queries, kc, 2)?;
+        let nq = batch.nq;
+        let k = proof.k;
+        gpu.ctx.queue.write_buffer(&batch.seen, nq as u64 * 4, bytemuck::cast_slice(proof.excluded));
+        let answer_keys = gpu.buffer("grid answer keys", (nq * k) as u64 * 8, STORAGE)?;
+        let (gx, gy) = grid(nq.div_ceil(GRID_GROUP), gpu.max_groups);
+        let mut params = ParamSlots::default();
+        let offset = params.push(GridProveParams {
+            len: nq as u32,
+            dims: self.dims as u32,
+            kc: kc as u32,
+            k: k as u32,
+            groups_x: gx,
+            points: self.points as u32,
+            reach_key: proof.reach_key,
+            kept_scale: proof.kept_scale,
+            kept_floor: proof.kept_floor,
+            one: 1.0,
+            ..Default::default()
+        });
+        let uniform = gpu.upload_uniform(&params)?;
+        let bind = bind_group(
+            &gpu.ctx.device,
+            &prove.layout,
+            &uniform,
+            &[
+                &batch.coords,
+                &self.corpus,
+                &batch.heap_keys,
+                &batch.heap_ids,
+                &batch.seen,
+                &proof.rows.buffer,
+                &answer_keys,
+            ],
+        );
+        let jobs = [Job { step: Step::GridProve, offset, groups: (gx, gy), bind: &bind }];
+        let encoder = gpu.ctx.device.create_command_encoder(&Default::default());
+        gpu.submit(encoder, &jobs)?;
+        let (mut rows, mut status, mut keys) = (vec![0u32; nq * kc], vec![0u32; nq], vec![0f64; nq * k]);
+        self.read_back(&mut [
+            ReadBack::new(&batch.heap_ids, &mut rows),
+            ReadBack::new(&batch.seen, &mut status),
+            ReadBack::new(&answer_keys, &mut keys),
+        ])?;
+        let failed = status.iter().filter(|&&s| s == GRID_UNANSWERED).count();
+        crate::trace::mark(|| format!("grid: {nq} queries proven on the GPU and read back, {failed} not answered"));
+        Ok(GridProven { k, kc, status, rows, keys, failed })
+    }
+
+    /// Uploads `queries` and runs `query_cells` over them, with `seen_words` words a query in
+    /// the counts' buffer.
+    fn query_cells(&self, queries: &[f32], kc: usize, seen_words: usize) -> Result<Queried> {
         let gpu = self.gpu;
         let nq = queries.len() / self.dims;
         let kernels = gpu.kernels.grid_kernels(&gpu.ctx)?;
@@ -150,7 +284,7 @@ impl GpuGrid<'_> {
         let heap_bytes = (nq * kc) as u64 * 4;
         let heap_keys = gpu.buffer("grid heap keys", heap_bytes, STORAGE)?;
         let heap_ids = gpu.buffer("grid heap points", heap_bytes, STORAGE)?;
-        let seen = gpu.buffer("grid points seen", nq as u64 * 4, STORAGE)?;
+        let seen = gpu.buffer("grid points seen", (nq * seen_words) as u64 * 4, STORAGE)?;
         let (gx, gy) = grid(nq.div_ceil(GRID_GROUP), gpu.max_groups);
         let mut params = ParamSlots::default();
         let offset = params.push(GridParams {
@@ -171,33 +305,50 @@ impl GpuGrid<'_> {
         let jobs = [Job { step: Step::GridQuery, offset, groups: (gx, gy), bind: &bind }];
         let encoder = gpu.ctx.device.create_command_encoder(&Default::default());
         gpu.submit(encoder, &jobs)?;
-        // The three arrays copied into one staging buffer by the next submission, mapped
-        // once, and copied out on several threads.
-        let size = 2 * heap_bytes + nq as u64 * 4;
+        Ok(Queried { nq, coords, heap_keys, heap_ids, seen })
+    }
+
+    /// Reads `parts` back: copied into one staging buffer by a submission queued behind the
+    /// kernels', mapped once, and copied out on several threads.
+    fn read_back(&self, parts: &mut [ReadBack<'_>]) -> Result<()> {
+        let gpu = self.gpu;
+        let size: u64 = parts.iter().map(|part| part.to.len() as u64).sum();
         let mut kept = self.staging.lock().unwrap_or_else(|e| e.into_inner());
         let staging = match kept.take() {
             Some(buffer) if buffer.size() >= size => buffer,
             _ => gpu.buffer("grid staging", size, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)?,
         };
         let mut encoder = gpu.ctx.device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(&heap_keys, 0, &staging, 0, heap_bytes);
-        encoder.copy_buffer_to_buffer(&heap_ids, 0, &staging, heap_bytes, heap_bytes);
-        encoder.copy_buffer_to_buffer(&seen, 0, &staging, 2 * heap_bytes, nq as u64 * 4);
+        let mut at = 0;
+        for part in parts.iter() {
+            encoder.copy_buffer_to_buffer(part.from, 0, &staging, at, part.to.len() as u64);
+            at += part.to.len() as u64;
+        }
         let index = gpu.ctx.queue.submit([encoder.finish()]);
         Mapping::request(&staging, Some(index)).wait(gpu)?;
-        crate::trace::mark(|| format!("grid: {nq} queries answered on the GPU, mapped"));
-        let (mut keys, mut points, mut seen) = (vec![0f32; nq * kc], vec![0u32; nq * kc], vec![0u32; nq]);
+        crate::trace::mark(|| "grid: a batch's answers mapped".to_string());
         read_mapped(&staging, |bytes| {
-            let heap = heap_bytes as usize;
-            copy_on_threads(bytemuck::cast_slice(&bytes[..heap]), &mut keys);
-            copy_on_threads(bytemuck::cast_slice(&bytes[heap..2 * heap]), &mut points);
-            copy_on_threads(bytemuck::cast_slice(&bytes[2 * heap..2 * heap + nq * 4]), &mut seen);
+            let mut at = 0;
+            for part in parts.iter_mut() {
+                let end = at + part.to.len();
+                copy_on_threads(&bytes[at..end], part.to);
+                at = end;
+            }
         })?;
         *kept = Some(staging);
-        drop(kept);
-        let failed = seen.iter().filter(|&&found| found == GRID_FAILED).count();
-        crate::trace::mark(|| format!("grid: {nq} queries' answers read back, {failed} not answered"));
-        Ok(GridAnswers { kc, keys, points, seen, failed })
+        Ok(())
+    }
+}
+
+/// One array read back: its buffer, and the host array its first bytes go to.
+struct ReadBack<'b> {
+    from: &'b wgpu::Buffer,
+    to: &'b mut [u8],
+}
+
+impl<'b> ReadBack<'b> {
+    fn new<T: bytemuck::Pod>(from: &'b wgpu::Buffer, to: &'b mut [T]) -> Self {
+        ReadBack { from, to: bytemuck::cast_slice_mut(to) }
     }
 }
 

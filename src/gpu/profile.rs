@@ -76,7 +76,7 @@ impl GpuTimes {
             | Step::CopyMutualKeys => self.refine += seconds,
             Step::Certify | Step::SortRuns | Step::CertifyRuns => self.certify += seconds,
             Step::SortCount | Step::SortScatter | Step::ScanBlocks | Step::ScanAddOffsets => self.sort += seconds,
-            Step::GridCellIds | Step::GridQuery => self.grid += seconds,
+            Step::GridCellIds | Step::GridQuery | Step::GridProve => self.grid += seconds,
             Step::CoverTreeRoot
             | Step::CoverTreeMeasure
             | Step::CoverTreePrepare

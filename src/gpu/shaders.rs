@@ -47,6 +47,15 @@ pub const SORT_SELECT: &str = include_str!("../../shaders/sort_select.wgsl");
 /// The low-dimensional grid's kernels (`shaders/grid.wgsl`).
 pub const GRID: &str = include_str!("../../shaders/grid.wgsl");
 
+/// Grid queries' answers ranked and proven on the GPU (`shaders/grid_prove.wgsl`), without
+/// its `MAX_KC`; needs SHADER_F64.
+const GRID_PROVE: &str = include_str!("../../shaders/grid_prove.wgsl");
+
+/// [`GRID_PROVE`] for queries of at most `GRID_PROVE_MAX_KC` heap slots.
+pub fn grid_prove() -> String {
+    format!("const MAX_KC: u32 = {}u;\n{GRID_PROVE}", super::kernels::GRID_PROVE_MAX_KC)
+}
+
 /// The cover tree's construction (`shaders/cover_tree.wgsl`), without its points' chunks.
 const COVER_TREE: &str = include_str!("../../shaders/cover_tree.wgsl");
 
@@ -210,6 +219,7 @@ pub fn all() -> Vec<ShaderModuleInfo> {
         m("prefix_sum", PREFIX_SUM.to_string(), false, false),
         m("sort_select", SORT_SELECT.to_string(), false, false),
         m("grid", GRID.to_string(), false, false),
+        m("grid_prove", grid_prove(), false, true),
         m("cover_tree", cover_tree(1), false, false),
         m("cover_tree_chunked", cover_tree(super::kernels::COVER_TREE_MOST_CHUNKS), false, false),
         m("cover_tree_query", COVER_TREE_QUERY.to_string(), false, false),

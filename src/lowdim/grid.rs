@@ -8,7 +8,7 @@
 //! that is not a candidate has an f32 key no smaller than the largest candidate's. The
 //! answer is proven when its k-th exact key is below both, the f32 key's own error taken off.
 
-use crate::gpu::{GridCells, GRID_FAILED};
+use crate::gpu::{GridCells, GridProof, GridRows, GRID_FAILED};
 
 /// Fraction of the sampled queries whose k-th neighbour lies within the cell width: the
 /// grid is sized so that about this many queries succeed on the GPU; the rest (sparse
@@ -38,12 +38,32 @@ const F32_KEY_ERROR: f64 = 1.0 / (1u64 << 19) as f64;
 /// Absolute error of an f32 key whose terms fall to subnormals.
 const F32_KEY_FLOOR: f64 = 1e-36;
 
+/// A kept f32 key `key` bounds the exact keys of the points its heap left out from below by
+/// `key * KEPT_KEY_SCALE - KEPT_KEY_FLOOR`.
+const KEPT_KEY_SCALE: f64 = 1.0 - F32_KEY_ERROR;
+const KEPT_KEY_FLOOR: f64 = F32_KEY_FLOOR;
+
 /// The grid of a corpus and what its cells guarantee.
 #[derive(Clone, Debug)]
 pub(super) struct GridPlan {
     pub(super) cells: GridCells,
     /// Squared distance within which the 3^d cells around a query hold every point.
     pub(super) reach_key: f64,
+}
+
+impl GridPlan {
+    /// What the GPU needs to prove queries' answers against this grid as [`outside_bound`]
+    /// does (`grid_prove.wgsl`): `rows` of each point, each query's excluded row.
+    pub(super) fn proof<'a>(&self, rows: &'a GridRows, excluded: &'a [u32], k: usize) -> GridProof<'a> {
+        GridProof {
+            rows,
+            excluded,
+            k,
+            reach_key: self.reach_key,
+            kept_scale: KEPT_KEY_SCALE,
+            kept_floor: KEPT_KEY_FLOOR,
+        }
+    }
 }
 
 /// The grid for `points` (distinct corpus points) given the squared k-th neighbour
@@ -168,7 +188,7 @@ pub(super) fn outside_bound(plan: &GridPlan, seen: u32, kc: usize, largest: f32)
     if !largest.is_finite() {
         return f64::NEG_INFINITY;
     }
-    let kept = f64::from(largest) * (1.0 - F32_KEY_ERROR) - F32_KEY_FLOOR;
+    let kept = f64::from(largest) * KEPT_KEY_SCALE - KEPT_KEY_FLOOR;
     plan.reach_key.min(kept)
 }
 

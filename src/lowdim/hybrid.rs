@@ -17,7 +17,10 @@ use super::job::{kth_row_key, rows_answer, Answers, PointRows, TreeJob};
 use super::kdtree::{self, nearest, DistinctPoints, Scratch};
 use super::order::slots_in_order;
 use crate::error::{check_interrupt, interrupted, Result};
-use crate::gpu::{GpuEngine, GpuGrid, GridAnswers, GRID_FAILED, GRID_MAX_DIMS};
+use crate::gpu::{
+    GpuEngine, GpuGrid, GridAnswers, GridProven, GridRows, GRID_FAILED, GRID_MAX_DIMS, GRID_PROVEN, GRID_PROVE_MAX_KC,
+    GRID_UNANSWERED,
+};
 use crate::refine::{write_row, NONE};
 use crate::MatrixRef;
 use kiddo::ImmutableKdTree;
@@ -25,12 +28,13 @@ use kiddo::ImmutableKdTree;
 /// Query rows a batch of the CPU's takes, and the GPU's batches are made of.
 const BATCH_ROWS: usize = 1024;
 
-/// Most rows a GPU batch takes of `rows` query rows with `kc` slots each: what `grid` holds,
-/// and at most a sixteenth of the rows (at least 64 CPU batches). The CPU's threads cannot
-/// take rows the GPU holds, so a batch the GPU answers slowly (dense cells that hold many
-/// points each) would leave them idle while it runs.
-fn gpu_batch_rows(grid: &GpuGrid<'_>, kc: usize, rows: usize) -> usize {
-    grid.query_rows(kc).min(rows.div_ceil(16).max(64 * BATCH_ROWS))
+/// Most rows a GPU batch takes of `rows` query rows with `kc` slots each (proven on the GPU
+/// at `proven_k`, if given): what `grid` holds, and at most a sixteenth of the rows (at least
+/// 64 CPU batches). The CPU's threads cannot take rows the GPU holds, so a batch the GPU
+/// answers slowly (dense cells that hold many points each) would leave them idle while it
+/// runs.
+fn gpu_batch_rows(grid: &GpuGrid<'_>, kc: usize, proven_k: Option<usize>, rows: usize) -> usize {
+    grid.query_rows(kc, proven_k).min(rows.div_ceil(16).max(64 * BATCH_ROWS))
 }
 
 /// What the GPU did in a hybrid run.
@@ -39,6 +43,9 @@ pub(crate) struct HybridReport {
     /// Query rows the GPU took, and of them those whose grid candidates proved the answer.
     pub gpu_rows: usize,
     pub gpu_proven: usize,
+    /// Of `gpu_proven`, the rows ranked and proven on the GPU itself (adapters with
+    /// SHADER_F64, k up to 128); the host proved the others from their candidates.
+    pub gpu_proven_on_gpu: usize,
     /// Why the GPU stopped taking rows, where it failed (the kd-tree answered the rest).
     pub gpu_error: Option<String>,
     /// Times the grid was rebuilt wider because more than a quarter of a batch failed.
@@ -124,6 +131,7 @@ fn knn_in<const K: usize>(
                 current: Mutex::new(Current { grid, plan: Arc::new(plan), generation: 0 }),
                 gpu,
                 points: &points,
+                rows: proof_rows(gpu, &distinct, job.k),
             }),
             Err(e) => {
                 run.gpu_error = Some(e.to_string());
@@ -149,6 +157,7 @@ fn knn_in<const K: usize>(
         check_interrupt(&job.interrupt)?;
         run.gpu_rows += outcome.gpu_rows;
         run.gpu_proven += outcome.gpu_proven;
+        run.gpu_proven_on_gpu += outcome.gpu_proven_on_gpu;
         run.grid_rebuilds += outcome.grid_rebuilds;
         run.gpu_rows_unanswered += outcome.gpu_rows_unanswered;
         run.gpu_error = run.gpu_error.take().or(outcome.gpu_error);
@@ -176,6 +185,62 @@ struct GpuSide<'a> {
     gpu: &'a GpuEngine,
     /// The distinct points in f32, as the grid holds them.
     points: &'a [f32],
+    /// Each point's rows, where the GPU proves its answers itself.
+    rows: Option<GridRows>,
+}
+
+/// Each point's rows on the GPU, where it can rank and prove answers of k itself; `None`
+/// leaves the proofs to the host (no SHADER_F64, k past what the kernel holds, or the rows
+/// not placed: the host's proofs give the same answers).
+fn proof_rows<const K: usize>(gpu: &GpuEngine, distinct: &DistinctPoints<K>, k: usize) -> Option<GridRows> {
+    if grid_slots(k) > GRID_PROVE_MAX_KC {
+        return None;
+    }
+    gpu.grid_rows(distinct.first_rows(), distinct.rows())
+        .inspect_err(|e| crate::trace::mark(|| format!("hybrid: proofs left to the host: {e}")))
+        .ok()
+        .flatten()
+}
+
+/// A GPU batch's answers: candidates for the host to prove, or answers the GPU proved.
+enum Found {
+    Candidates(GridAnswers),
+    Proven(GridProven),
+}
+
+impl Found {
+    /// Queries the GPU could not answer.
+    fn failed(&self) -> usize {
+        match self {
+            Found::Candidates(found) => found.failed,
+            Found::Proven(found) => found.failed,
+        }
+    }
+
+    /// Whether the GPU answered query `slot` (proven or not).
+    fn answered(&self, slot: usize) -> bool {
+        match self {
+            Found::Candidates(found) => found.seen[slot] != GRID_FAILED,
+            Found::Proven(found) => found.status[slot] != GRID_UNANSWERED,
+        }
+    }
+}
+
+/// Marks the GPU's end of the queue done when dropped.
+struct Done<'a>(&'a AtomicBool);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// What [`Shared::finish`] did with a batch's grid answers: rows proven, and of them those
+/// proven on the GPU.
+#[derive(Default)]
+struct Proofs {
+    proven: usize,
+    on_gpu: usize,
 }
 
 /// The grid the GPU queries now: its plan and how many grids came before it.
@@ -187,7 +252,7 @@ struct Current<'a> {
 
 /// A batch the GPU took: its index, the grid's answers (none where the GPU failed), the
 /// queue position of their first slot, and the grid's plan and generation.
-type Answered = (usize, Option<Arc<GridAnswers>>, usize, Arc<GridPlan>, usize);
+type Answered = (usize, Option<Arc<Found>>, usize, Arc<GridPlan>, usize);
 
 /// A query row's answer slots (k indices, k distances).
 type Slot<'o> = (&'o mut [u32], &'o mut [f32]);
@@ -225,18 +290,22 @@ impl<const K: usize> Shared<'_, K> {
         let answered: Mutex<Vec<Answered>> = Mutex::new(Vec::new());
         let gpu_done = AtomicBool::new(self.grid.is_none());
         let proven = AtomicUsize::new(0);
+        let proven_on_gpu = AtomicUsize::new(0);
         let mut report = HybridReport::default();
         // The GPU's first batch is taken before the CPU's threads start, so that it is large.
         let first_batch = self.grid.as_ref().and_then(|side| {
             let current = side.current.lock().unwrap_or_else(|e| e.into_inner());
-            take_front(&queue, gpu_batch_rows(&current.grid, grid_slots(k), order.len()))
+            let proven_k = side.rows.as_ref().map(|_| k);
+            take_front(&queue, gpu_batch_rows(&current.grid, grid_slots(k), proven_k, order.len()))
         });
         std::thread::scope(|threads| {
             if let Some(side) = &self.grid {
                 let (queue, answered, gpu_done, report, order) = (&queue, &answered, &gpu_done, &mut report, &order);
                 threads.spawn(move || {
+                    // Set even if the GPU's end panics, so that the CPU's threads finish and the
+                    // panic reaches the caller instead of leaving them waiting.
+                    let _done = Done(gpu_done);
                     *report = self.gpu_end(side, first, order, first_batch, queue, answered);
-                    gpu_done.store(true, Ordering::Release);
                 });
             }
             // The answers' slots in the queue's order, while the GPU starts on its first batch.
@@ -263,13 +332,13 @@ impl<const K: usize> Shared<'_, K> {
                                 let gpu_failed = found.is_none();
                                 let found = found.as_deref().map(|f| (&*plan, f, at - start));
                                 let rows = &order[at..at + slots.len()];
-                                let proven_here = self.finish(tree, found, first, rows, slots, &mut scratch);
-                                proven.fetch_add(proven_here, Ordering::Relaxed);
+                                let proofs = self.finish(tree, found, first, rows, slots, &mut scratch);
+                                proven.fetch_add(proofs.proven, Ordering::Relaxed);
+                                proven_on_gpu.fetch_add(proofs.on_gpu, Ordering::Relaxed);
                                 // Rows the grid did not answer say nothing of its cells' width.
-                                let answered_here = found.map_or(0, |(_, f, at)| {
-                                    f.seen[at..at + rows.len()].iter().filter(|&&s| s != GRID_FAILED).count()
-                                });
-                                if !gpu_failed && 4 * (answered_here - proven_here) > answered_here {
+                                let answered_here = found
+                                    .map_or(0, |(_, f, at)| (at..at + rows.len()).filter(|&s| f.answered(s)).count());
+                                if !gpu_failed && 4 * (answered_here - proofs.proven) > answered_here {
                                     self.failed_generation.store(generation, Ordering::Relaxed);
                                 }
                                 finished(rows.len());
@@ -293,6 +362,7 @@ impl<const K: usize> Shared<'_, K> {
         })?;
         crate::trace::mark(|| "hybrid: every row answered".to_string());
         report.gpu_proven = proven.into_inner();
+        report.gpu_proven_on_gpu = proven_on_gpu.into_inner();
         Ok(report)
     }
 
@@ -308,12 +378,13 @@ impl<const K: usize> Shared<'_, K> {
         queue: &Mutex<(usize, usize)>,
         answered: &Mutex<Vec<Answered>>,
     ) -> HybridReport {
-        let kc = grid_slots(self.job.k);
+        let (k, kc) = (self.job.k, grid_slots(self.job.k));
+        let proven_k = side.rows.as_ref().map(|_| k);
         let mut report = HybridReport::default();
         let mut current = side.current.lock().unwrap_or_else(|e| e.into_inner());
         let mut claimed = first_batch;
         while let Some((from, count)) =
-            claimed.take().or_else(|| take_front(queue, gpu_batch_rows(&current.grid, kc, order.len())))
+            claimed.take().or_else(|| take_front(queue, gpu_batch_rows(&current.grid, kc, proven_k, order.len())))
         {
             if interrupted(&self.job.interrupt) {
                 break;
@@ -335,9 +406,18 @@ impl<const K: usize> Shared<'_, K> {
             let end = ((from + count) * BATCH_ROWS).min(order.len());
             let coords = gather_rows(self.job.queries, first, &order[start..end]);
             crate::trace::mark(|| format!("hybrid: GPU batch of {} rows from position {start}", end - start));
-            let found = match current.grid.query(&coords, kc) {
+            let answers = match &side.rows {
+                Some(rows) => {
+                    let excluded: Vec<u32> =
+                        order[start..end].iter().map(|&r| self.job.exclude[first + r as usize]).collect();
+                    let proof = current.plan.proof(rows, &excluded, k);
+                    current.grid.query_proven(&coords, kc, &proof).map(Found::Proven)
+                }
+                None => current.grid.query(&coords, kc).map(Found::Candidates),
+            };
+            let found = match answers {
                 Ok(found) => {
-                    report.gpu_rows_unanswered += found.failed;
+                    report.gpu_rows_unanswered += found.failed();
                     Some(Arc::new(found))
                 }
                 Err(e) => {
@@ -373,44 +453,45 @@ impl<const K: usize> Shared<'_, K> {
 
     /// Answers query rows `first + rows[j]` into `slots[j]`: from the grid's answers `found`
     /// (with its plan, and the slot of `rows[0]` in them) where they prove a row, else by the
-    /// kd-tree. Returns the rows the grid proved.
+    /// kd-tree.
     fn finish(
         &self,
         tree: &ImmutableKdTree<f64, K>,
-        found: Option<(&GridPlan, &GridAnswers, usize)>,
+        found: Option<(&GridPlan, &Found, usize)>,
         first: usize,
         rows: &[u32],
         slots: &mut [Slot<'_>],
         scratch: &mut Scratch,
-    ) -> usize {
-        let k = self.job.k;
-        let mut proven = 0;
+    ) -> Proofs {
+        let (k, metric) = (self.job.k, self.job.metric);
+        let mut proofs = Proofs::default();
         for (j, ((ids, dists), &r)) in slots.iter_mut().zip(rows).enumerate() {
             let i = first + r as usize;
             let answer = match found {
-                Some((plan, found, at)) if self.prove(plan, found, at + j, i, scratch) => {
-                    proven += 1;
+                Some((_, Found::Proven(found), at)) if found.status[at + j] == GRID_PROVEN => {
+                    let slot = at + j;
+                    let (keys, rows) = (&found.keys[slot * found.k..][..k], &found.rows[slot * found.kc..][..k]);
+                    write_row(metric, keys.iter().copied().zip(rows.iter().copied()), ids, dists);
+                    proofs.proven += 1;
+                    proofs.on_gpu += 1;
+                    continue;
+                }
+                Some((plan, Found::Candidates(found), at)) if self.prove(plan, found, at + j, i, scratch) => {
+                    proofs.proven += 1;
                     let excluded = self.job.exclude[i];
                     let kth = kth_row_key(self.distinct, k, excluded, &scratch.points).expect("proven");
                     rows_answer(self.distinct, k, excluded, kth, &scratch.points, &mut scratch.answer)
                 }
                 _ => nearest(self.job, self.distinct, tree, i, scratch),
             };
-            write_row(self.job.metric, answer.iter().copied(), ids, dists);
+            write_row(metric, answer.iter().copied(), ids, dists);
         }
-        proven
+        proofs
     }
 
     /// Whether query row `i`'s grid candidates (at `slot` of `found`) prove its answer; they
     /// are left in `scratch.points`, ascending by exact key.
-    fn prove(
-        &self,
-        plan: &GridPlan,
-        found: &crate::gpu::GridAnswers,
-        slot: usize,
-        i: usize,
-        scratch: &mut Scratch,
-    ) -> bool {
+    fn prove(&self, plan: &GridPlan, found: &GridAnswers, slot: usize, i: usize, scratch: &mut Scratch) -> bool {
         let job = self.job;
         let kc = found.kc;
         let query = job.queries.row(i);
@@ -533,7 +614,24 @@ mod tests {
         let (mut tree_ids, mut tree_dists) = (vec![0u32; n * k], vec![0f32; n * k]);
         kdtree::knn(&job, Answers::Whole { indices: &mut tree_ids, distances: &mut tree_dists }, &|_| {}).unwrap();
         assert!(ids == tree_ids && dists == tree_dists, "the hybrid's answer differs from the kd-tree's");
+        // Where the adapter has f64 the GPU proves rows itself (k here is at most 128).
+        assert_eq!(run.gpu_proven_on_gpu > 0, gpu.description().contains("f64"), "{run:?}");
         run
+    }
+
+    /// A lattice of points each shared by three rows (rows of one point far apart): every
+    /// query's k-th key is tied between several points, their rows interleave by index, and the
+    /// query's own row is one of its point's three. The GPU's ranking must pick the rows the
+    /// host's does.
+    #[test]
+    fn ties_across_shared_points_are_ranked_as_the_host_ranks_them() {
+        let side = 40;
+        let lattice: Vec<[f32; 2]> = (0..side * side).map(|i| [(i % side) as f32, (i / side) as f32]).collect();
+        let coords: Vec<f32> = (0..3).flat_map(|_| lattice.iter().flatten().copied()).collect();
+        for k in [4, 7, 20] {
+            let run = hybrid_against_tree(&test_gpu(None), &coords, k, 1.0);
+            assert!(run.gpu_proven > 0, "{run:?}");
+        }
     }
 
     /// A grid planned far too fine fails most of its first batch and is rebuilt wider; the
@@ -542,7 +640,11 @@ mod tests {
     fn a_grid_too_fine_is_rebuilt_wider() {
         // Small GPU batches (a few thousand rows), so that the GPU comes back for more after
         // the CPU's threads have proven its first.
-        let run = hybrid_against_tree(&test_gpu(Some(1 << 20)), &points(1 << 19, 0), 5, 0.4);
+        let gpu = test_gpu(Some(1 << 20));
+        // llvmpipe compiles a kernel at its first dispatch: done here, so that the GPU's first
+        // batch below comes back while the CPU's threads still have rows to take.
+        hybrid_against_tree(&gpu, &points(1 << 12, 0), 5, 1.0);
+        let run = hybrid_against_tree(&gpu, &points(1 << 19, 0), 5, 0.4);
         assert!(run.grid_rebuilds >= 1 && run.gpu_proven > 0, "{run:?}");
     }
 

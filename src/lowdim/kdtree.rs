@@ -106,6 +106,16 @@ impl<const K: usize> DistinctPoints<K> {
         DistinctPoints { curve, points, rows: keyed.into_iter().map(|(_, _, row)| row).collect(), first }
     }
 
+    /// Where each point's rows start in [`Self::rows`] (one more entry than points: the end).
+    pub(super) fn first_rows(&self) -> &[u32] {
+        &self.first
+    }
+
+    /// Every point's rows, one point after another (each ascending).
+    pub(super) fn rows(&self) -> &[u32] {
+        &self.rows
+    }
+
     /// The exact key (`Metric::rank_key_f64` of the metrics the tree takes) from `query` to
     /// point `p`, read from the points rather than the corpus's rows, which lie in input order.
     pub(super) fn key_to(&self, query: &[f32], p: usize) -> f64 {

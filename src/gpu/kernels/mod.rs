@@ -28,8 +28,8 @@ pub(super) use cover_tree::*;
 pub(super) use cover_tree_query::*;
 pub(super) use distance::{gemm_tiles, publishing_groups, DistanceParams, PUBLISH_STRIDE, TILE_K, TILE_N};
 pub(super) use filter::{FilterParams, FILTER_STRIP};
-pub(super) use grid::{GridKernels, GridParams, GRID_GROUP};
-pub(crate) use grid::{GRID_FAILED, GRID_MAX_DIMS};
+pub(super) use grid::{GridKernels, GridParams, GridProveParams, GRID_GROUP};
+pub(crate) use grid::{GRID_FAILED, GRID_MAX_DIMS, GRID_PROVEN, GRID_PROVE_MAX_KC, GRID_UNANSWERED};
 pub(super) use norms::NormsParams;
 pub(super) use pipelines::Kernel;
 use pipelines::Pipelines;
@@ -219,11 +219,12 @@ impl Kernels {
                     _ => &built.take,
                 }
             }
-            Step::GridCellIds | Step::GridQuery => {
+            Step::GridCellIds | Step::GridQuery | Step::GridProve => {
                 let built = self.grid.get().expect("built (`grid_kernels`) before it is planned");
                 match step {
                     Step::GridCellIds => &built.cell_ids.pipeline,
-                    _ => &built.query_cells,
+                    Step::GridQuery => &built.query_cells,
+                    _ => &built.prove.as_ref().expect("only planned with f64").pipeline,
                 }
             }
             Step::CoverTreeRoot
@@ -322,6 +323,8 @@ pub(in crate::gpu) enum Step {
     GridCellIds,
     /// Queries' nearest points among the cells around their own (`query_cells`).
     GridQuery,
+    /// Queries' answers ranked and proven from those points (`grid_prove.wgsl`).
+    GridProve,
     /// The cover tree's root set (`cover_tree.wgsl`: `root`).
     CoverTreeRoot,
     /// A round's farthest members and peel distances (`measure`).
