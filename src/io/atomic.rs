@@ -178,22 +178,24 @@ impl Partial {
         Ok(BufReader::with_capacity(1 << 20, file))
     }
 
-    /// Syncs the file, then moves it into place.
+    /// Flushes the file and moves it into place. It is not synced: an output can be computed
+    /// again, and waiting for the disk to take a graph of many GB can take longer than the
+    /// graph did (the operating system writes it back; a checkpoint, which must survive a
+    /// crash, is synced by `partition::checkpoint`).
     pub(crate) fn persist(mut self) -> Result<()> {
-        self.sync()?;
+        self.flush()?;
         self.temp.persist(&self.dest)
     }
 
-    fn sync(&mut self) -> Result<()> {
-        self.sink.flush().map_err(|e| Error::io(&self.dest, e))?;
-        self.sink.get_ref().sync_all().map_err(|e| Error::io(&self.dest, e))
+    fn flush(&mut self) -> Result<()> {
+        self.sink.flush().map_err(|e| Error::io(&self.dest, e))
     }
 }
 
-/// Moves two files that belong together into place: both are synced before either is moved.
+/// Moves two files that belong together into place: both are flushed before either is moved.
 pub(crate) fn persist_pair(mut first: Partial, mut second: Partial) -> Result<()> {
-    first.sync()?;
-    second.sync()?;
+    first.flush()?;
+    second.flush()?;
     second.temp.persist(&second.dest)?;
     first.temp.persist(&first.dest).inspect_err(|_| {
         // Half a pair would be read as a complete result.

@@ -557,7 +557,7 @@ impl NeighborWriter {
         Ok(())
     }
 
-    /// Checks that all rows came, syncs the files to disk and moves every one into place.
+    /// Checks that all rows came, flushes the files and moves every one into place.
     pub fn finish(self) -> Result<()> {
         if self.failed {
             return Err(self.failed_earlier());

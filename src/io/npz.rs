@@ -49,9 +49,11 @@ impl Writer {
 
     /// Copies the distances into the archive, closes it and moves it into place.
     pub(crate) fn finish(mut self) -> Result<()> {
+        crate::trace::mark(|| "npz: indices written".to_string());
         self.start_entry("distances.npy", 4)?;
         io::copy(&mut self.distances.read_back()?, &mut self.zip).map_err(|e| Error::io(&self.path, e))?;
         let archive = self.zip.finish().map_err(|e| Error::io(&self.path, zip_error(e)))?;
+        crate::trace::mark(|| "npz: distances copied in".to_string());
         archive.file.persist()
     }
 

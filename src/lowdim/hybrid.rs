@@ -308,11 +308,12 @@ impl<const K: usize> Shared<'_, K> {
                     *report = self.gpu_end(side, first, order, first_batch, queue, answered);
                 });
             }
-            // The answers' slots in the queue's order, while the GPU starts on its first batch.
-            let mut slots = slots_in_order(indices, distances, k, &order);
+            // While the GPU answers its first batch: the answers' slots in the queue's order
+            // (one thread) beside the kd-tree's build (the others).
+            let (mut slots, tree) = rayon::join(|| slots_in_order(indices, distances, k, &order), || self.tree());
             let outs: Vec<BatchOut<'_, '_>> = slots.chunks_mut(BATCH_ROWS).map(|b| Mutex::new(Some(b))).collect();
             let outs = &outs;
-            let tree = self.tree().inspect_err(|_| {
+            let tree = tree.inspect_err(|_| {
                 // The GPU stops after its batch in flight.
                 let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
                 q.1 = q.0;
