@@ -43,8 +43,11 @@ impl Writer {
     }
 
     pub(crate) fn write_rows(&mut self, indices: &[u32], distances: &[f32]) -> Result<()> {
-        write_values(&mut self.zip, indices, |i| (i as i64).to_le_bytes()).map_err(|e| Error::io(&self.path, e))?;
-        self.distances.fill(|w| write_values(w, distances, f32::to_le_bytes))
+        write_widened(&mut self.zip, indices).map_err(|e| Error::io(&self.path, e))?;
+        self.distances.fill(|w| match cfg!(target_endian = "little") {
+            true => w.write_all(bytemuck::cast_slice(distances)),
+            false => write_values(w, distances, f32::to_le_bytes),
+        })
     }
 
     /// Copies the distances into the archive, closes it and moves it into place.
@@ -115,6 +118,27 @@ impl Seek for Archive {
         };
         Ok(self.position)
     }
+}
+
+/// Values a part of [`write_widened`] converts at once.
+const WIDEN_PART: usize = 1 << 16;
+
+/// Writes `indices` as little-endian int64, converted on every thread a few MB at a time
+/// (one thread converts more slowly than the archive takes them).
+fn write_widened(w: &mut impl Write, indices: &[u32]) -> io::Result<()> {
+    use rayon::prelude::*;
+    let block = WIDEN_PART * rayon::current_num_threads().max(1);
+    let mut bytes = vec![0u8; indices.len().min(block) * 8];
+    for values in indices.chunks(block) {
+        let out = &mut bytes[..values.len() * 8];
+        out.par_chunks_mut(WIDEN_PART * 8).zip(values.par_chunks(WIDEN_PART)).for_each(|(out, values)| {
+            for (out, &v) in out.chunks_exact_mut(8).zip(values) {
+                out.copy_from_slice(&i64::from(v).to_le_bytes());
+            }
+        });
+        w.write_all(out)?;
+    }
+    Ok(())
 }
 
 fn zip_error(e: zip::result::ZipError) -> io::Error {
