@@ -226,6 +226,35 @@ impl Found {
     }
 }
 
+/// Why the kd-tree's build failed, once it has.
+type TreeFailure = Mutex<Option<crate::error::Error>>;
+
+fn failed(tree_failed: &TreeFailure) -> bool {
+    tree_failed.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+}
+
+/// A CPU thread with nothing to take: runs a job of the pool's (a part of the kd-tree's
+/// build) if one is waiting, else sleeps a moment.
+fn idle() {
+    if rayon::yield_now() != Some(rayon::Yield::Executed) {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+}
+
+/// What the CPU's end of the queue reads and counts ([`Shared::take_batches`]).
+struct TakeBatches<'a, 's, 'o> {
+    first: usize,
+    order: &'a [u32],
+    queue: &'a Mutex<(usize, usize)>,
+    answered: &'a Mutex<Vec<Answered>>,
+    gpu_done: &'a AtomicBool,
+    outs: &'a [BatchOut<'s, 'o>],
+    tree_failed: &'a TreeFailure,
+    proven: &'a AtomicUsize,
+    proven_on_gpu: &'a AtomicUsize,
+    finished: &'a (dyn Fn(usize) + Sync),
+}
+
 /// Marks the GPU's end of the queue done when dropped.
 struct Done<'a>(&'a AtomicBool);
 
@@ -308,63 +337,110 @@ impl<const K: usize> Shared<'_, K> {
                     *report = self.gpu_end(side, first, order, first_batch, queue, answered);
                 });
             }
-            // While the GPU answers its first batch: the answers' slots in the queue's order
-            // (one thread) beside the kd-tree's build (the others).
-            let (mut slots, tree) = rayon::join(|| slots_in_order(indices, distances, k, &order), || self.tree());
-            let outs: Vec<BatchOut<'_, '_>> = slots.chunks_mut(BATCH_ROWS).map(|b| Mutex::new(Some(b))).collect();
-            let outs = &outs;
-            let tree = tree.inspect_err(|_| {
-                // The GPU stops after its batch in flight.
-                let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
-                q.1 = q.0;
-            })?;
-            rayon::scope(|s| {
-                for _ in 0..rayon::current_num_threads() {
-                    s.spawn(|_| {
-                        let mut scratch = Scratch::default();
-                        loop {
-                            if interrupted(&self.job.interrupt) {
-                                break;
-                            }
-                            let checked = answered.lock().unwrap_or_else(|e| e.into_inner()).pop();
-                            if let Some((batch, found, start, plan, generation)) = checked {
-                                let slots = claim(&outs[batch]);
-                                let at = batch * BATCH_ROWS;
-                                let gpu_failed = found.is_none();
-                                let found = found.as_deref().map(|f| (&*plan, f, at - start));
-                                let rows = &order[at..at + slots.len()];
-                                let proofs = self.finish(tree, found, first, rows, slots, &mut scratch);
-                                proven.fetch_add(proofs.proven, Ordering::Relaxed);
-                                proven_on_gpu.fetch_add(proofs.on_gpu, Ordering::Relaxed);
-                                // Rows the grid did not answer say nothing of its cells' width.
-                                let answered_here = found
-                                    .map_or(0, |(_, f, at)| (at..at + rows.len()).filter(|&s| f.answered(s)).count());
-                                if !gpu_failed && 4 * (answered_here - proofs.proven) > answered_here {
-                                    self.failed_generation.store(generation, Ordering::Relaxed);
-                                }
-                                finished(rows.len());
-                            } else if let Some(batch) = take_back(&queue) {
-                                let slots = claim(&outs[batch]);
-                                let rows = &order[batch * BATCH_ROWS..batch * BATCH_ROWS + slots.len()];
-                                self.finish(tree, None, first, rows, slots, &mut scratch);
-                                finished(rows.len());
-                            } else if gpu_done.load(Ordering::Acquire)
-                                && answered.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
-                            {
-                                break;
-                            } else {
-                                std::thread::sleep(std::time::Duration::from_micros(200));
-                            }
-                        }
-                    });
-                }
+            // The kd-tree is built on the pool while this thread lays out the answers' slots in
+            // the queue's order; the CPU's threads then copy the GPU's proven answers at once,
+            // and wait for the tree (helping to build it) only for rows it must answer.
+            let tree_failed: TreeFailure = Mutex::new(None);
+            let tree_failed = &tree_failed;
+            rayon::scope(|build| {
+                build.spawn(|_| {
+                    if let Err(e) = self.tree() {
+                        // The GPU stops after its batch in flight.
+                        let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+                        q.1 = q.0;
+                        *tree_failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                    }
+                });
+                let mut slots = slots_in_order(indices, distances, k, &order);
+                let outs: Vec<BatchOut<'_, '_>> = slots.chunks_mut(BATCH_ROWS).map(|b| Mutex::new(Some(b))).collect();
+                let outs = &outs;
+                self.take_batches(TakeBatches {
+                    first,
+                    order: &order,
+                    queue: &queue,
+                    answered: &answered,
+                    gpu_done: &gpu_done,
+                    outs,
+                    tree_failed,
+                    proven: &proven,
+                    proven_on_gpu: &proven_on_gpu,
+                    finished,
+                });
             });
-            Ok(())
+            let failure = tree_failed.lock().unwrap_or_else(|e| e.into_inner()).take();
+            failure.map_or(Ok(()), Err)
         })?;
         crate::trace::mark(|| "hybrid: every row answered".to_string());
         report.gpu_proven = proven.into_inner();
         report.gpu_proven_on_gpu = proven_on_gpu.into_inner();
         Ok(report)
+    }
+
+    /// The CPU's end of the queue, on every thread of the pool: the GPU's answered batches
+    /// first (their proven rows copied, the others answered by the kd-tree), else, once the
+    /// tree is built, batches from the back; until both ends have met and the GPU is done.
+    fn take_batches(&self, at: TakeBatches<'_, '_, '_>) {
+        rayon::scope(|s| {
+            for _ in 0..rayon::current_num_threads() {
+                s.spawn(|_| self.take_on_this_thread(&at));
+            }
+        });
+    }
+
+    /// One thread's part of [`Shared::take_batches`].
+    fn take_on_this_thread(&self, at: &TakeBatches<'_, '_, '_>) {
+        let TakeBatches { first, order, queue, answered, gpu_done, outs, tree_failed, .. } = *at;
+        let mut scratch = Scratch::default();
+        loop {
+            if interrupted(&self.job.interrupt) {
+                break;
+            }
+            let checked = answered.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            if let Some((batch, found, start, plan, generation)) = checked {
+                let slots = claim(&outs[batch]);
+                let from = batch * BATCH_ROWS;
+                let gpu_failed = found.is_none();
+                let found = found.as_deref().map(|f| (&*plan, f, from - start));
+                let rows = &order[from..from + slots.len()];
+                let proofs = self.finish(tree_failed, found, first, rows, slots, &mut scratch);
+                at.proven.fetch_add(proofs.proven, Ordering::Relaxed);
+                at.proven_on_gpu.fetch_add(proofs.on_gpu, Ordering::Relaxed);
+                // Rows the grid did not answer say nothing of its cells' width.
+                let answered_here =
+                    found.map_or(0, |(_, f, at)| (at..at + rows.len()).filter(|&s| f.answered(s)).count());
+                if !gpu_failed && 4 * (answered_here - proofs.proven) > answered_here {
+                    self.failed_generation.store(generation, Ordering::Relaxed);
+                }
+                (at.finished)(rows.len());
+            } else if let Some(batch) = self.tree.get().and_then(|_| take_back(queue)) {
+                let slots = claim(&outs[batch]);
+                let rows = &order[batch * BATCH_ROWS..batch * BATCH_ROWS + slots.len()];
+                self.finish(tree_failed, None, first, rows, slots, &mut scratch);
+                (at.finished)(rows.len());
+            } else if failed(tree_failed)
+                || (self.tree.get().is_some()
+                    && gpu_done.load(Ordering::Acquire)
+                    && answered.lock().unwrap_or_else(|e| e.into_inner()).is_empty())
+            {
+                break;
+            } else {
+                idle();
+            }
+        }
+    }
+
+    /// The kd-tree once built, this thread helping to build it meanwhile; `None` where its
+    /// build failed.
+    fn built_tree(&self, tree_failed: &TreeFailure) -> Option<&ImmutableKdTree<f64, K>> {
+        loop {
+            if let Some(tree) = self.tree.get() {
+                return Some(tree);
+            }
+            if failed(tree_failed) {
+                return None;
+            }
+            idle();
+        }
     }
 
     /// The GPU's end of the queue: `first_batch`, then batches from the front, each half of
@@ -454,10 +530,11 @@ impl<const K: usize> Shared<'_, K> {
 
     /// Answers query rows `first + rows[j]` into `slots[j]`: from the grid's answers `found`
     /// (with its plan, and the slot of `rows[0]` in them) where they prove a row, else by the
-    /// kd-tree.
+    /// kd-tree, waited for if not yet built (rows are left unanswered where its build failed:
+    /// the run fails).
     fn finish(
         &self,
-        tree: &ImmutableKdTree<f64, K>,
+        tree_failed: &TreeFailure,
         found: Option<(&GridPlan, &Found, usize)>,
         first: usize,
         rows: &[u32],
@@ -483,7 +560,10 @@ impl<const K: usize> Shared<'_, K> {
                     let kth = kth_row_key(self.distinct, k, excluded, &scratch.points).expect("proven");
                     rows_answer(self.distinct, k, excluded, kth, &scratch.points, &mut scratch.answer)
                 }
-                _ => nearest(self.job, self.distinct, tree, i, scratch),
+                _ => match self.built_tree(tree_failed) {
+                    Some(tree) => nearest(self.job, self.distinct, tree, i, scratch),
+                    None => continue,
+                },
             };
             write_row(metric, answer.iter().copied(), ids, dists);
         }
