@@ -439,9 +439,9 @@ pub fn write_neighbors(path: &Path, nb: &Neighbors, n_cols: usize) -> Result<()>
 /// found. Memory use does not grow with the number of rows.
 ///
 /// Nothing appears at the path until [`finish`](NeighborWriter::finish); dropped unfinished
-/// (after an error, or a panic), it leaves nothing behind. An `.npz` keeps its distances in a
-/// scratch file beside the output until `finish`, so it needs their size again in free disk
-/// space.
+/// (after an error, or a panic), it leaves nothing behind. An `.npz` whose rows come in
+/// several calls keeps its distances in a scratch file beside the output until `finish`, so
+/// it needs their size again in free disk space.
 pub struct NeighborWriter {
     path: PathBuf,
     queries: usize,

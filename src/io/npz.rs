@@ -15,13 +15,19 @@ use crate::error::{Error, Result};
 /// An `.npz` of `queries x k` neighbours written row by row: indices go straight into the
 /// archive's first entry, distances into a scratch file beside it that is copied into the
 /// second entry at the end (an archive's entries follow one another, and a graph may not
-/// fit in memory).
+/// fit in memory). Rows that all come in one call (an answer held whole) write both entries
+/// at once, with no scratch file.
 pub(crate) struct Writer {
     path: PathBuf,
     zip: ZipWriter<Archive>,
-    distances: Partial,
+    /// The distances so far, once rows came in parts.
+    scratch: Option<Partial>,
+    /// The distances' entry is written.
+    distances_written: bool,
     abandoned: Arc<AtomicBool>,
+    shape: [usize; 2],
     entry_bytes: u64,
+    values_written: u64,
 }
 
 impl Writer {
@@ -31,33 +37,61 @@ impl Writer {
         let mut writer = Writer {
             path: path.to_path_buf(),
             zip: ZipWriter::new(archive),
-            distances: Partial::scratch(path, "distances")?,
+            scratch: None,
+            distances_written: false,
             abandoned,
+            shape: [queries, k],
             entry_bytes: (queries as u64).saturating_mul(k as u64),
+            values_written: 0,
         };
-        let shape = [queries, k];
         writer.start_entry("indices.npy", 8)?;
-        writer.zip.write_all(&header("<i8", &shape)).map_err(|e| Error::io(path, e))?;
-        writer.distances.fill(|w| w.write_all(&header("<f4", &shape)))?;
+        writer.zip.write_all(&header("<i8", &writer.shape)).map_err(|e| Error::io(path, e))?;
         Ok(writer)
     }
 
     pub(crate) fn write_rows(&mut self, indices: &[u32], distances: &[f32]) -> Result<()> {
         write_widened(&mut self.zip, indices).map_err(|e| Error::io(&self.path, e))?;
-        self.distances.fill(|w| match cfg!(target_endian = "little") {
-            true => w.write_all(bytemuck::cast_slice(distances)),
-            false => write_values(w, distances, f32::to_le_bytes),
-        })
+        let every_row = self.values_written == 0 && indices.len() as u64 == self.entry_bytes;
+        self.values_written += indices.len() as u64;
+        if every_row {
+            self.start_distances()?;
+            write_floats(&mut self.zip, distances).map_err(|e| Error::io(&self.path, e))?;
+            self.distances_written = true;
+            return Ok(());
+        }
+        let scratch = match &mut self.scratch {
+            Some(scratch) => scratch,
+            None => {
+                let mut scratch = Partial::scratch(&self.path, "distances")?;
+                scratch.fill(|w| w.write_all(&header("<f4", &self.shape)))?;
+                self.scratch.insert(scratch)
+            }
+        };
+        scratch.fill(|w| write_floats(w, distances))
     }
 
-    /// Copies the distances into the archive, closes it and moves it into place.
+    /// Writes the distances' entry where rows came in parts (copied from the scratch file),
+    /// closes the archive and moves it into place.
     pub(crate) fn finish(mut self) -> Result<()> {
         crate::trace::mark(|| "npz: indices written".to_string());
-        self.start_entry("distances.npy", 4)?;
-        io::copy(&mut self.distances.read_back()?, &mut self.zip).map_err(|e| Error::io(&self.path, e))?;
+        if !self.distances_written {
+            match self.scratch.take() {
+                Some(mut scratch) => {
+                    self.start_entry("distances.npy", 4)?;
+                    io::copy(&mut scratch.read_back()?, &mut self.zip).map_err(|e| Error::io(&self.path, e))?;
+                }
+                None => self.start_distances()?,
+            }
+        }
         let archive = self.zip.finish().map_err(|e| Error::io(&self.path, zip_error(e)))?;
-        crate::trace::mark(|| "npz: distances copied in".to_string());
+        crate::trace::mark(|| "npz: distances written".to_string());
         archive.file.persist()
+    }
+
+    /// Starts the distances' entry with its header.
+    fn start_distances(&mut self) -> Result<()> {
+        self.start_entry("distances.npy", 4)?;
+        self.zip.write_all(&header("<f4", &self.shape)).map_err(|e| Error::io(&self.path, e))
     }
 
     /// Starts an entry of `entry_bytes` values of `size` bytes each (stored, as
@@ -120,6 +154,14 @@ impl Seek for Archive {
     }
 }
 
+/// Writes `distances` as little-endian float32.
+fn write_floats(w: &mut impl Write, distances: &[f32]) -> io::Result<()> {
+    match cfg!(target_endian = "little") {
+        true => w.write_all(bytemuck::cast_slice(distances)),
+        false => write_values(w, distances, f32::to_le_bytes),
+    }
+}
+
 /// Values a part of [`write_widened`] converts at once.
 const WIDEN_PART: usize = 1 << 16;
 
@@ -173,6 +215,27 @@ mod tests {
         let dist = npz.by_name("distances").unwrap().unwrap();
         assert_eq!(dist.shape(), &[4, 3]);
         assert_eq!(dist.into_vec::<f32>().unwrap(), nb.distances);
+    }
+
+    /// Rows in parts go through the scratch file; all at once, straight into the archive:
+    /// the same bytes either way.
+    #[test]
+    fn rows_in_parts_and_at_once_give_the_same_archive() {
+        let dir = tempfile::tempdir().unwrap();
+        let nb = sample_neighbors();
+        let (parts, once) = (dir.path().join("parts.npz"), dir.path().join("once.npz"));
+        let mut writer = Writer::create(&parts, 4, 3).unwrap();
+        writer.write_rows(&nb.indices[..6], &nb.distances[..6]).unwrap();
+        writer.write_rows(&nb.indices[6..], &nb.distances[6..]).unwrap();
+        assert!(writer.scratch.is_some());
+        writer.finish().unwrap();
+        let mut writer = Writer::create(&once, 4, 3).unwrap();
+        writer.write_rows(&nb.indices, &nb.distances).unwrap();
+        assert!(writer.scratch.is_none());
+        writer.finish().unwrap();
+        assert_eq!(std::fs::read(&parts).unwrap(), std::fs::read(&once).unwrap());
+        let names: Vec<_> = dir.path().read_dir().unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
     }
 
     #[test]
