@@ -26,7 +26,7 @@ fn validate(name: &str, source: &str, subgroups: bool, f64: bool) -> (naga::Modu
 #[test]
 fn shaders_validate_and_translate_for_every_platform() {
     let modules = knng::gpu_shader_sources();
-    assert_eq!(modules.len(), 19, "a shader module was added or lost; update this test");
+    assert_eq!(modules.len(), 20, "a shader module was added or lost; update this test");
     let distance = modules.iter().find(|m| m.name == "distance").expect("distance module");
     assert!(
         distance.source.contains("const k = 15u;") && !distance.source.contains("for (var k = 0u; k < BK; k++)"),
