@@ -5,9 +5,9 @@
 //! batches shrink as the queue does; the CPU's threads take one small batch at a time from
 //! the back, and both stop where they meet; the queue runs along the points' curve
 //! (`order.rs`). A query whose grid candidates do not prove its answer
-//! (`grid::outside_bound`) is answered by the kd-tree where it stands, and where more than a
-//! quarter of a batch fails, the GPU rebuilds its grid wider before its next batch (section
-//! 4.4's re-index).
+//! (`grid::outside_bound`; decided on the GPU where it has f64, `grid_prove.wgsl`) is answered
+//! by the kd-tree where it stands, and where more than a quarter of a batch fails, the GPU
+//! rebuilds its grid wider before its next batch (section 4.4's re-index).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -171,7 +171,8 @@ fn knn_in<const K: usize>(
 struct Shared<'a, const K: usize> {
     job: &'a TreeJob<'a>,
     distinct: &'a DistinctPoints<K>,
-    /// Built by the first call of [`Shared::answer`], while the GPU answers its first batch.
+    /// Built by a task of the first call of [`Shared::answer`], while the GPU answers its
+    /// first batches and the CPU's threads copy the answers the GPU proved.
     tree: OnceLock<ImmutableKdTree<f64, K>>,
     grid: Option<GpuSide<'a>>,
     /// The generation of a grid more than a quarter of whose batch failed (`usize::MAX`:
@@ -353,14 +354,13 @@ impl<const K: usize> Shared<'_, K> {
                 });
                 let mut slots = slots_in_order(indices, distances, k, &order);
                 let outs: Vec<BatchOut<'_, '_>> = slots.chunks_mut(BATCH_ROWS).map(|b| Mutex::new(Some(b))).collect();
-                let outs = &outs;
                 self.take_batches(TakeBatches {
                     first,
                     order: &order,
                     queue: &queue,
                     answered: &answered,
                     gpu_done: &gpu_done,
-                    outs,
+                    outs: &outs,
                     tree_failed,
                     proven: &proven,
                     proven_on_gpu: &proven_on_gpu,
