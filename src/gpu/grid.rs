@@ -150,8 +150,9 @@ pub(crate) struct GridProof<'a> {
 }
 
 /// Each query's answer ranked and proven on the GPU: a status (`GRID_PROVEN`; 1 where its
-/// candidates did not prove it; `GRID_UNANSWERED`), and where proven, its k rows at the start of its `kc`
-/// slots of `rows` and their exact keys, k a query in `keys`, ascending by (key, row).
+/// candidates did not prove it; `GRID_UNANSWERED`), and where proven, its k rows at the start
+/// of its `kc` slots of `rows` and their exact keys, k a query in `keys`, ascending by key
+/// (rows of equal keys in point order: `refine::write_row` orders them by index).
 pub(crate) struct GridProven {
     pub k: usize,
     pub kc: usize,

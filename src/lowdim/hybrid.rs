@@ -28,15 +28,6 @@ use kiddo::ImmutableKdTree;
 /// Query rows a batch of the CPU's takes, and the GPU's batches are made of.
 const BATCH_ROWS: usize = 1024;
 
-/// Most rows a GPU batch takes of `rows` query rows with `kc` slots each (proven on the GPU
-/// at `proven_k`, if given): what `grid` holds, and at most a sixteenth of the rows (at least
-/// 64 CPU batches). The CPU's threads cannot take rows the GPU holds, so a batch the GPU
-/// answers slowly (dense cells that hold many points each) would leave them idle while it
-/// runs.
-fn gpu_batch_rows(grid: &GpuGrid<'_>, kc: usize, proven_k: Option<usize>, rows: usize) -> usize {
-    grid.query_rows(kc, proven_k).min(rows.div_ceil(16).max(64 * BATCH_ROWS))
-}
-
 /// What the GPU did in a hybrid run.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct HybridReport {
@@ -190,6 +181,18 @@ struct GpuSide<'a> {
     rows: Option<GridRows>,
 }
 
+impl GpuSide<'_> {
+    /// Most rows a GPU batch of `grid` takes of `rows` query rows at `k`: what the grid holds
+    /// (proven on the GPU where this side proves), and at most a sixteenth of the rows (at
+    /// least 64 CPU batches). The CPU's threads cannot take rows the GPU holds, so a batch
+    /// the GPU answers slowly (dense cells that hold many points each) would leave them idle
+    /// while it runs.
+    fn batch_rows(&self, grid: &GpuGrid<'_>, k: usize, rows: usize) -> usize {
+        let proven_k = self.rows.as_ref().map(|_| k);
+        grid.query_rows(grid_slots(k), proven_k).min(rows.div_ceil(16).max(64 * BATCH_ROWS))
+    }
+}
+
 /// Each point's rows on the GPU, where it can rank and prove answers of k itself; `None`
 /// leaves the proofs to the host (no SHADER_F64, k past what the kernel holds, or the rows
 /// not placed: the host's proofs give the same answers).
@@ -325,8 +328,7 @@ impl<const K: usize> Shared<'_, K> {
         // The GPU's first batch is taken before the CPU's threads start, so that it is large.
         let first_batch = self.grid.as_ref().and_then(|side| {
             let current = side.current.lock().unwrap_or_else(|e| e.into_inner());
-            let proven_k = side.rows.as_ref().map(|_| k);
-            take_front(&queue, gpu_batch_rows(&current.grid, grid_slots(k), proven_k, order.len()))
+            take_front(&queue, side.batch_rows(&current.grid, k, order.len()))
         });
         std::thread::scope(|threads| {
             if let Some(side) = &self.grid {
@@ -379,17 +381,17 @@ impl<const K: usize> Shared<'_, K> {
     /// The CPU's end of the queue, on every thread of the pool: the GPU's answered batches
     /// first (their proven rows copied, the others answered by the kd-tree), else, once the
     /// tree is built, batches from the back; until both ends have met and the GPU is done.
-    fn take_batches(&self, at: TakeBatches<'_, '_, '_>) {
+    fn take_batches(&self, end: TakeBatches<'_, '_, '_>) {
         rayon::scope(|s| {
             for _ in 0..rayon::current_num_threads() {
-                s.spawn(|_| self.take_on_this_thread(&at));
+                s.spawn(|_| self.take_on_this_thread(&end));
             }
         });
     }
 
     /// One thread's part of [`Shared::take_batches`].
-    fn take_on_this_thread(&self, at: &TakeBatches<'_, '_, '_>) {
-        let TakeBatches { first, order, queue, answered, gpu_done, outs, tree_failed, .. } = *at;
+    fn take_on_this_thread(&self, end: &TakeBatches<'_, '_, '_>) {
+        let TakeBatches { first, order, queue, answered, gpu_done, outs, tree_failed, .. } = *end;
         let mut scratch = Scratch::default();
         loop {
             if interrupted(&self.job.interrupt) {
@@ -403,20 +405,20 @@ impl<const K: usize> Shared<'_, K> {
                 let found = found.as_deref().map(|f| (&*plan, f, from - start));
                 let rows = &order[from..from + slots.len()];
                 let proofs = self.finish(tree_failed, found, first, rows, slots, &mut scratch);
-                at.proven.fetch_add(proofs.proven, Ordering::Relaxed);
-                at.proven_on_gpu.fetch_add(proofs.on_gpu, Ordering::Relaxed);
+                end.proven.fetch_add(proofs.proven, Ordering::Relaxed);
+                end.proven_on_gpu.fetch_add(proofs.on_gpu, Ordering::Relaxed);
                 // Rows the grid did not answer say nothing of its cells' width.
                 let answered_here =
                     found.map_or(0, |(_, f, at)| (at..at + rows.len()).filter(|&s| f.answered(s)).count());
                 if !gpu_failed && 4 * (answered_here - proofs.proven) > answered_here {
                     self.failed_generation.store(generation, Ordering::Relaxed);
                 }
-                (at.finished)(rows.len());
+                (end.finished)(rows.len());
             } else if let Some(batch) = self.tree.get().and_then(|_| take_back(queue)) {
                 let slots = claim(&outs[batch]);
                 let rows = &order[batch * BATCH_ROWS..batch * BATCH_ROWS + slots.len()];
                 self.finish(tree_failed, None, first, rows, slots, &mut scratch);
-                (at.finished)(rows.len());
+                (end.finished)(rows.len());
             } else if failed(tree_failed)
                 || (self.tree.get().is_some()
                     && gpu_done.load(Ordering::Acquire)
@@ -444,7 +446,7 @@ impl<const K: usize> Shared<'_, K> {
     }
 
     /// The GPU's end of the queue: `first_batch`, then batches from the front, each half of
-    /// what is left (at most `gpu_batch_rows`), until the ends meet or the GPU fails.
+    /// what is left (at most `GpuSide::batch_rows`), until the ends meet or the GPU fails.
     /// Each batch's answers go to `answered` (none where the GPU failed).
     fn gpu_end(
         &self,
@@ -456,12 +458,11 @@ impl<const K: usize> Shared<'_, K> {
         answered: &Mutex<Vec<Answered>>,
     ) -> HybridReport {
         let (k, kc) = (self.job.k, grid_slots(self.job.k));
-        let proven_k = side.rows.as_ref().map(|_| k);
         let mut report = HybridReport::default();
         let mut current = side.current.lock().unwrap_or_else(|e| e.into_inner());
         let mut claimed = first_batch;
         while let Some((from, count)) =
-            claimed.take().or_else(|| take_front(queue, gpu_batch_rows(&current.grid, kc, proven_k, order.len())))
+            claimed.take().or_else(|| take_front(queue, side.batch_rows(&current.grid, k, order.len())))
         {
             if interrupted(&self.job.interrupt) {
                 break;
